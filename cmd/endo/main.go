@@ -1,0 +1,129 @@
+// Command endo is the Endo sandbox and its command line: `endo run` runs one program in a fresh
+// sandbox, `endo boot` is the sandbox process the shim starts for a pod, `endo version` prints
+// the version.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/endovisor/endo/sandbox/kernel"
+	"golang.org/x/sys/unix"
+)
+
+// version is set by the Makefile.
+var version = "dev"
+
+func usage() {
+	fmt.Fprintf(os.Stderr, `usage:
+  endo run --rootfs DIR [--report] [--memory BYTES] [--cpus N] [--env K=V]... -- PROGRAM [ARGS...]
+  endo version
+`)
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	// The tenant's umask is the kernel's business; the host must not apply ours on top.
+	syscall.Umask(0)
+	switch os.Args[1] {
+	case "run":
+		os.Exit(run(os.Args[2:]))
+	case "version", "--version":
+		fmt.Printf("endo %s\n", version)
+	default:
+		if !bootCommand(os.Args[1], os.Args[2:]) {
+			usage()
+			os.Exit(2)
+		}
+	}
+}
+
+type envFlags []string
+
+func (e *envFlags) String() string     { return strings.Join(*e, ",") }
+func (e *envFlags) Set(v string) error { *e = append(*e, v); return nil }
+
+// Exit statuses of endo's own failures, as container runtimes use them.
+const (
+	exitEndoError   = 125
+	exitCannotExec  = 126
+	exitNotFound    = 127
+	defaultEnvPath  = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	defaultMemoryGB = 2
+)
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	rootfs := fs.String("rootfs", "", "host directory that is the program's /")
+	report := fs.Bool("report", false, "print the system calls the program made that Endo does not implement")
+	memory := fs.Int64("memory", defaultMemoryGB<<30, "the sandbox's memory (its grant), in bytes")
+	cpus := fs.Int("cpus", 0, "vCPUs (0: the host's)")
+	cwd := fs.String("cwd", "/", "working directory inside the sandbox")
+	verbose := fs.Bool("v", false, "log the sandbox's own messages (crossing timings) to stderr")
+	var env envFlags
+	fs.Var(&env, "env", "environment variable K=V for the program (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	argv := fs.Args()
+	if *rootfs == "" || len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "endo run: need --rootfs DIR and a program")
+		return 2
+	}
+	if len(env) == 0 {
+		env = envFlags{defaultEnvPath}
+	}
+	logf := func(string, ...any) {}
+	if *verbose {
+		logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "endo: "+format+"\n", a...) }
+	}
+	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "endo: %v\n", err)
+		return exitEndoError
+	}
+	defer k.Close()
+	p, err := k.Spawn(kernel.ProcessSpec{
+		Rootfs: *rootfs, Argv: argv, Env: env, Cwd: *cwd,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "endo: %v\n", err)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return exitNotFound
+		case errors.Is(err, unix.ENOEXEC), errors.Is(err, unix.EACCES), errors.Is(err, unix.ELIBBAD):
+			return exitCannotExec
+		}
+		return exitEndoError
+	}
+	st := p.Wait()
+	if *report {
+		printReport(k.Unimplemented())
+	}
+	return st.WaitStatus()
+}
+
+func printReport(calls map[string]int) {
+	if len(calls) == 0 {
+		fmt.Fprintln(os.Stderr, "endo: the program made no unimplemented system call")
+		return
+	}
+	names := make([]string, 0, len(calls))
+	for n := range calls {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(os.Stderr, "endo: unimplemented system calls (name: times):")
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %s: %d\n", n, calls[n])
+	}
+}

@@ -1,0 +1,279 @@
+package crossing
+
+import (
+	"bytes"
+	"debug/elf"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// stubBlob is the stub program, built from stub/stub.c by stub/build.sh and committed;
+// TestStubBlobMatchesSource rebuilds it and compares.
+//
+//go:embed stub/stub.bin
+var stubBlob []byte
+
+// ErrStubDead reports that a stub process (or the thread) is gone.
+var ErrStubDead = errors.New("stub process is gone")
+
+var stubImage struct {
+	once sync.Once
+	text Range
+	fd   int // a sealed memfd with the blob, kept for the sandbox's lifetime
+	err  error
+}
+
+// loadStubImage finds the stub's text range in the blob and puts the blob in a memfd to exec.
+func loadStubImage() error {
+	stubImage.once.Do(func() {
+		f, err := elf.NewFile(bytes.NewReader(stubBlob))
+		if err != nil {
+			stubImage.err = fmt.Errorf("stub blob: %w", err)
+			return
+		}
+		syms, err := f.Symbols()
+		if err != nil {
+			stubImage.err = fmt.Errorf("stub blob symbols: %w", err)
+			return
+		}
+		for _, s := range syms {
+			switch s.Name {
+			case "__stub_text_start":
+				stubImage.text.Start = s.Value
+			case "__stub_text_end":
+				stubImage.text.End = s.Value
+			}
+		}
+		if stubImage.text.Start != StubBase || stubImage.text.End <= stubImage.text.Start {
+			stubImage.err = fmt.Errorf("stub blob: text range %#x-%#x is not at %#x",
+				stubImage.text.Start, stubImage.text.End, uint64(StubBase))
+			return
+		}
+		fd, err := unix.MemfdCreate("endo-stub", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			stubImage.err = fmt.Errorf("stub memfd: %w", err)
+			return
+		}
+		if _, err := unix.Write(fd, stubBlob); err != nil {
+			unix.Close(fd)
+			stubImage.err = fmt.Errorf("stub memfd write: %w", err)
+			return
+		}
+		seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+			unix.Close(fd)
+			stubImage.err = fmt.Errorf("stub memfd seal: %w", err)
+			return
+		}
+		// Far above the descriptors exec will place at 3..5, so the dup2s cannot close it.
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 200)
+		unix.Close(fd)
+		if err != nil {
+			stubImage.err = fmt.Errorf("stub memfd dup: %w", err)
+			return
+		}
+		stubImage.fd = high
+	})
+	return stubImage.err
+}
+
+// StubText is the range of the stub's code, from which its filters allow the handler's calls.
+func StubText() (Range, error) {
+	if err := loadStubImage(); err != nil {
+		return Range{}, err
+	}
+	return stubImage.text, nil
+}
+
+// Stub is one stub process: one tenant address space.
+type Stub struct {
+	pid    int
+	proc   *os.Process
+	sysmsg []byte
+	ack    *os.File
+
+	cmdMu sync.Mutex
+	seq   uint32
+
+	vdso     uint64
+	reserved []Range
+
+	exited     chan struct{}
+	exitStatus syscall.WaitStatus
+
+	mu      sync.Mutex
+	threads [sysmsgMaxThreads]*Thread
+}
+
+// Spawn starts a stub process whose memory comes from grant. The stub's first thread is
+// returned stopped at its first trap, ready for BootThread.
+func Spawn(grant *os.File) (*Stub, *Thread, error) {
+	if err := loadStubImage(); err != nil {
+		return nil, nil, err
+	}
+	tenantProg, err := tenantFilter(stubImage.text)
+	if err != nil {
+		return nil, nil, err
+	}
+	controlProg, err := controlFilter(stubImage.text)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	mfd, err := unix.MemfdCreate("endo-sysmsg", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sysmsg memfd: %w", err)
+	}
+	sysmsgFile := os.NewFile(uintptr(mfd), "endo-sysmsg")
+	defer sysmsgFile.Close()
+	if err := unix.Ftruncate(mfd, sysmsgSize); err != nil {
+		return nil, nil, fmt.Errorf("sysmsg size: %w", err)
+	}
+	mem, err := unix.Mmap(mfd, 0, sysmsgSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sysmsg map: %w", err)
+	}
+	s := &Stub{sysmsg: mem, exited: make(chan struct{})}
+	fail := func(err error) (*Stub, *Thread, error) {
+		s.Kill()
+		if s.proc == nil {
+			unix.Munmap(mem)
+		}
+		return nil, nil, err
+	}
+	setup := mem[sysmsgSetup:sysmsgCmd]
+	if err := putFprog(setup, setupTenantFprog, setupTenantProg, tenantProg); err != nil {
+		return fail(err)
+	}
+	if err := putFprog(setup, setupControlFprog, setupControlProg, controlProg); err != nil {
+		return fail(err)
+	}
+
+	// Thread 0 is the stub's main thread: it is "resumed" until its boot ping arrives.
+	t, err := s.newThread(0)
+	if err != nil {
+		return fail(err)
+	}
+	atomic.StoreUint32(t.state, stateResume)
+
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("stub ack pipe: %w", err))
+	}
+	s.ack = os.NewFile(uintptr(p[0]), "endo-stub-ack")
+	ackW := os.NewFile(uintptr(p[1]), "endo-stub-ack-w")
+	proc, err := os.StartProcess(fmt.Sprintf("/proc/self/fd/%d", stubImage.fd), []string{"endo-stub"},
+		&os.ProcAttr{
+			Files: []*os.File{nil, nil, nil, sysmsgFile, grant, ackW},
+			Env:   []string{},
+			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+		})
+	ackW.Close()
+	if err != nil {
+		s.ack.Close()
+		return fail(fmt.Errorf("start stub: %w", err))
+	}
+	s.proc, s.pid = proc, proc.Pid
+	go s.reap()
+
+	// The first trap is the boot ping; wait for it with a deadline, so that a stub that
+	// dies or hangs at start is an error, not a hang.
+	booted := make(chan error, 1)
+	go func() { booted <- t.wait(0) }()
+	select {
+	case err = <-booted:
+	case <-time.After(10 * time.Second):
+		err = errors.New("timed out")
+	}
+	if err != nil {
+		s.Kill()
+		<-s.exited
+		return nil, nil, fmt.Errorf("stub did not start (%v, %s)", err, describeWait(s.exitStatus))
+	}
+	s.vdso = *s.u64(sysmsgInfo + infoVdso)
+	if s.reserved, err = readMaps(s.pid); err != nil {
+		return fail(err)
+	}
+	return s, t, nil
+}
+
+func describeWait(ws syscall.WaitStatus) string {
+	switch {
+	case ws.Signaled():
+		return "killed by " + ws.Signal().String()
+	case ws.Exited():
+		return fmt.Sprintf("exit status %d", ws.ExitStatus())
+	}
+	return "still running"
+}
+
+// reap waits for the stub process and then wakes every sandbox thread waiting on it.
+func (s *Stub) reap() {
+	st, err := s.proc.Wait()
+	if err == nil {
+		s.exitStatus = st.Sys().(syscall.WaitStatus)
+	}
+	s.mu.Lock()
+	for _, t := range s.threads {
+		if t != nil {
+			atomic.StoreUint32(t.state, stateDead)
+			futexWake(t.state)
+		}
+	}
+	s.mu.Unlock()
+	s.ack.Close()
+	close(s.exited)
+}
+
+// Pid is the host pid of the stub process.
+func (s *Stub) Pid() int { return s.pid }
+
+// VDSO is the address of the host vDSO in the stub, which tenants may use as their own: its
+// calls either never enter the kernel or trap like any other call.
+func (s *Stub) VDSO() uint64 { return s.vdso }
+
+// Reserved lists the ranges of the stub's address space that tenant mappings must avoid.
+func (s *Stub) Reserved() []Range { return s.reserved }
+
+// Exited is closed once the stub process has been reaped.
+func (s *Stub) Exited() <-chan struct{} { return s.exited }
+
+// Kill ends the stub process; Exited tells when it is gone. The sysmsg mapping is released
+// once it is.
+func (s *Stub) Kill() {
+	if s.proc != nil {
+		s.proc.Signal(syscall.SIGKILL)
+	}
+}
+
+// Release waits for the stub to be gone and frees the sandbox's side of it.
+func (s *Stub) Release() {
+	if s.proc == nil {
+		return
+	}
+	s.Kill()
+	<-s.exited
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sysmsg != nil {
+		unix.Munmap(s.sysmsg)
+		s.sysmsg = nil
+		for i := range s.threads {
+			s.threads[i] = nil
+		}
+	}
+}
+
+// WaitStatus is how the stub process ended; valid once Exited is closed.
+func (s *Stub) WaitStatus() syscall.WaitStatus {
+	<-s.exited
+	return s.exitStatus
+}

@@ -1,0 +1,413 @@
+/*
+ * The stub: the host process that holds one tenant address space. It has no rights of its own.
+ *
+ * At start it maps the sysmsg file, installs its signal handlers, starts the control thread (which
+ * maps grant frames on the sandbox's command) and installs the tenant filter on its main thread.
+ * From then on every system call of tenant code traps (SIGSYS) and every fault signals; the handler
+ * posts the registers to the thread's slot, hands off to the sandbox and resumes with the registers
+ * the sandbox wrote back.
+ *
+ * Freestanding: no libc, no TLS, no stack protector, no floating point (the handler must not touch
+ * the tenant's FPU state, which the kernel saves in the signal frame).
+ */
+#include "stub.h"
+
+typedef unsigned long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef long i64;
+typedef int i32;
+
+#define NR_write 1
+#define NR_close 3
+#define NR_mmap 9
+#define NR_rt_sigaction 13
+#define NR_rt_sigprocmask 14
+#define NR_rt_sigreturn 15
+#define NR_getpid 39
+#define NR_clone 56
+#define NR_exit 60
+#define NR_sigaltstack 131
+#define NR_prctl 157
+#define NR_arch_prctl 158
+#define NR_futex 202
+#define NR_set_tid_address 218
+#define NR_exit_group 231
+#define NR_seccomp 317
+#define NR_close_range 436
+
+#define FUTEX_WAIT 0
+#define FUTEX_WAKE 1
+#define ARCH_SET_FS 0x1002
+
+#define SIGILL 4
+#define SIGTRAP 5
+#define SIGBUS 7
+#define SIGFPE 8
+#define SIGSEGV 11
+#define SIGSYS 31
+
+#define SA_SIGINFO 0x4
+#define SA_ONSTACK 0x08000000
+#define SA_RESTORER 0x04000000
+
+/* user_regs_struct indices (ptrace order). */
+enum { R15, R14, R13, R12, RBP, RBX, R11, R10, R9, R8, RAX, RCX, RDX, RSI, RDI, ORIG_RAX, RIP,
+       CS, EFLAGS, RSP, SS, FS_BASE, GS_BASE, DS, ES, FS, GS, NREGS };
+
+/* gregs indices of the kernel's ucontext. */
+enum { G_R8, G_R9, G_R10, G_R11, G_R12, G_R13, G_R14, G_R15, G_RDI, G_RSI, G_RBP, G_RBX, G_RDX,
+       G_RAX, G_RCX, G_RSP, G_RIP, G_EFL, G_CSGSFS, G_ERR, G_TRAPNO, G_OLDMASK, G_CR2 };
+
+struct ucontext {
+	u64 flags;
+	u64 link;
+	u64 ss_sp;
+	u64 ss_flags;
+	u64 ss_size;
+	u64 gregs[23];
+	unsigned char *fpregs;
+	u64 reserved[8];
+};
+
+struct siginfo {
+	i32 signo;
+	i32 err;
+	i32 code;
+	i32 pad;
+	u64 addr;    /* si_addr, or si_call_addr for SIGSYS */
+	i32 syscall; /* SIGSYS */
+	u32 arch;
+};
+
+struct slot {
+	u32 state;
+	u32 sandbox_sleeping;
+	u32 stub_sleeping;
+	u32 signo;
+	i32 code;
+	u32 flags;
+	u64 addr;
+	u64 spin;
+	u64 tsc;
+	u64 err;
+	u64 trapno;
+	u64 regs[NREGS];
+};
+
+_Static_assert(__builtin_offsetof(struct slot, flags) == SLOT_FLAGS, "slot flags");
+_Static_assert(__builtin_offsetof(struct slot, addr) == SLOT_ADDR, "slot addr");
+_Static_assert(__builtin_offsetof(struct slot, spin) == SLOT_SPIN, "slot spin");
+_Static_assert(__builtin_offsetof(struct slot, err) == SLOT_ERR, "slot err");
+_Static_assert(__builtin_offsetof(struct slot, regs) == SLOT_REGS, "slot regs");
+
+struct sigaction_k {
+	void *handler;
+	u64 flags;
+	void *restorer;
+	u64 mask;
+};
+
+static inline i64 sys6(i64 n, i64 a, i64 b, i64 c, i64 d, i64 e, i64 f)
+{
+	register i64 r10 __asm__("r10") = d;
+	register i64 r8 __asm__("r8") = e;
+	register i64 r9 __asm__("r9") = f;
+	i64 ret;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+#define sys3(n, a, b, c) sys6(n, (i64)(a), (i64)(b), (i64)(c), 0, 0, 0)
+
+static inline u64 rdtsc(void)
+{
+	u32 lo, hi;
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((u64)hi << 32) | lo;
+}
+
+static inline void futex_wait(u32 *w, u32 val) { sys6(NR_futex, (i64)w, FUTEX_WAIT, val, 0, 0, 0); }
+static inline void futex_wake(u32 *w) { sys6(NR_futex, (i64)w, FUTEX_WAKE, 1, 0, 0, 0); }
+
+static __attribute__((noreturn)) void die(int code)
+{
+	for (;;)
+		sys3(NR_exit_group, code, 0, 0);
+}
+
+extern void stub_restorer(void);
+extern void stub_start_control(void);
+extern void stub_boot(void);
+
+/* Wait until the sandbox posts RESUME: spin for the cycles it granted, then sleep. */
+static void wait_resume(struct slot *s)
+{
+	u64 spin = s->spin, t0 = rdtsc();
+	while (rdtsc() - t0 < spin) {
+		if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == STATE_RESUME)
+			return;
+		__builtin_ia32_pause();
+	}
+	for (;;) {
+		__atomic_store_n(&s->stub_sleeping, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == STATE_RESUME)
+			break;
+		futex_wait(&s->state, STATE_TRAPPED);
+	}
+	__atomic_store_n(&s->stub_sleeping, 0, __ATOMIC_RELAXED);
+}
+
+/* A fresh x87/SSE state and every other XSAVE component in its init state. */
+static void reset_fpu(unsigned char *fp)
+{
+	if (!fp)
+		return;
+	for (int i = 0; i < 24; i++)
+		fp[i] = 0;
+	for (int i = 32; i < 416; i++)
+		fp[i] = 0;
+	*(u16 *)fp = 0x37f;
+	*(u32 *)(fp + 24) = 0x1f80;
+	if (*(u32 *)(fp + 464) == 0x46505853U) /* FP_XSTATE_MAGIC1: an XSAVE header follows */
+		*(u64 *)(fp + 512) = 3;
+}
+
+static void handler(int sig, struct siginfo *si, struct ucontext *uc)
+{
+	u64 sp;
+	__asm__ volatile("mov %%rsp, %0" : "=r"(sp));
+	struct slot *s = (struct slot *)(sp & ~(SYSMSG_BLOCK - 1));
+	u64 *g = uc->gregs, *r = s->regs;
+
+	r[R15] = g[G_R15]; r[R14] = g[G_R14]; r[R13] = g[G_R13]; r[R12] = g[G_R12];
+	r[RBP] = g[G_RBP]; r[RBX] = g[G_RBX]; r[R11] = g[G_R11]; r[R10] = g[G_R10];
+	r[R9] = g[G_R9];   r[R8] = g[G_R8];   r[RAX] = g[G_RAX]; r[RCX] = g[G_RCX];
+	r[RDX] = g[G_RDX]; r[RSI] = g[G_RSI]; r[RDI] = g[G_RDI]; r[RIP] = g[G_RIP];
+	r[EFLAGS] = g[G_EFL]; r[RSP] = g[G_RSP];
+	r[ORIG_RAX] = sig == SIGSYS ? (u64)(i64)si->syscall : (u64)-1;
+	s->signo = sig;
+	s->code = si->code;
+	s->addr = si->addr;
+	s->err = g[G_ERR];
+	s->trapno = g[G_TRAPNO];
+	s->tsc = rdtsc();
+
+	__atomic_store_n(&s->state, STATE_TRAPPED, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->sandbox_sleeping, __ATOMIC_SEQ_CST))
+		futex_wake(&s->state);
+	wait_resume(s);
+
+	u32 flags = s->flags;
+	if (flags & SLOT_F_EXIT)
+		for (;;)
+			sys3(NR_exit, 0, 0, 0);
+	g[G_R15] = r[R15]; g[G_R14] = r[R14]; g[G_R13] = r[R13]; g[G_R12] = r[R12];
+	g[G_RBP] = r[RBP]; g[G_RBX] = r[RBX]; g[G_R11] = r[R11]; g[G_R10] = r[R10];
+	g[G_R9] = r[R9];   g[G_R8] = r[R8];   g[G_RAX] = r[RAX]; g[G_RCX] = r[RCX];
+	g[G_RDX] = r[RDX]; g[G_RSI] = r[RSI]; g[G_RDI] = r[RDI]; g[G_RIP] = r[RIP];
+	g[G_EFL] = r[EFLAGS]; g[G_RSP] = r[RSP];
+	if (flags & SLOT_F_SET_FS)
+		sys3(NR_arch_prctl, ARCH_SET_FS, r[FS_BASE], 0);
+	if (flags & SLOT_F_RESET_FPU)
+		reset_fpu(uc->fpregs);
+}
+
+static const int trapped_signals[] = { SIGSYS, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIG_PREEMPT };
+
+void stub_main(u64 *sp)
+{
+	u64 argc = sp[0];
+	u64 *p = sp + 1 + argc + 1;
+	while (*p)
+		p++;
+	u64 vdso = 0;
+	for (p++; p[0]; p += 2)
+		if (p[0] == 33) /* AT_SYSINFO_EHDR */
+			vdso = p[1];
+
+	/* The setup and command pages are read-only here: tenant code shares this address space. */
+	if (sys6(NR_mmap, SYSMSG_BASE, SYSMSG_INFO, 1 /* PROT_READ */, 0x11 /* SHARED|FIXED */,
+		 FD_SYSMSG, 0) != (i64)SYSMSG_BASE)
+		die(120);
+	if (sys6(NR_mmap, SYSMSG_BASE + SYSMSG_INFO, SYSMSG_SIZE - SYSMSG_INFO, 3 /* RW */, 0x11,
+		 FD_SYSMSG, SYSMSG_INFO) != (i64)(SYSMSG_BASE + SYSMSG_INFO))
+		die(121);
+	unsigned char *info = (unsigned char *)(SYSMSG_BASE + SYSMSG_INFO);
+	*(u64 *)(info + INFO_VDSO) = vdso;
+
+	sys3(NR_close_range, 0, 2, 0);
+	sys3(NR_close, FD_SYSMSG, 0, 0);
+	sys3(NR_close_range, FD_ACK + 1, ~0U, 0);
+	if (sys6(NR_prctl, 38 /* PR_SET_NO_NEW_PRIVS */, 1, 0, 0, 0, 0) != 0)
+		die(122);
+
+	struct sigaction_k sa = {
+		.handler = (void *)handler,
+		.flags = SA_SIGINFO | SA_ONSTACK | SA_RESTORER,
+		.restorer = (void *)stub_restorer,
+		.mask = ~0UL,
+	};
+	for (unsigned i = 0; i < sizeof(trapped_signals) / sizeof(trapped_signals[0]); i++)
+		if (sys6(NR_rt_sigaction, trapped_signals[i], (i64)&sa, 0, 8, 0, 0) != 0)
+			die(123);
+
+	/* The control thread starts with every signal blocked and keeps them so. */
+	u64 all = ~0UL, none = 0;
+	sys6(NR_rt_sigprocmask, 2 /* SIG_SETMASK */, (i64)&all, 0, 8, 0, 0);
+	stub_start_control();
+	u32 *ready = (u32 *)(info + INFO_READY);
+	while (__atomic_load_n(ready, __ATOMIC_SEQ_CST) == 0)
+		futex_wait(ready, 0);
+	sys6(NR_rt_sigprocmask, 2, (i64)&none, 0, 8, 0, 0);
+
+	u64 block = SYSMSG_BASE + SYSMSG_THREADS; /* thread 0 */
+	u64 ss[3] = { block + 4096, 0, SYSMSG_BLOCK - 4096 };
+	if (sys3(NR_sigaltstack, ss, 0, 0) != 0)
+		die(124);
+	sys3(NR_set_tid_address, block + SLOT_STATE, 0, 0);
+	if (sys3(NR_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, SYSMSG_BASE + SETUP_TENANT_FPROG) != 0)
+		die(125);
+	stub_boot();
+	die(126);
+}
+
+/*
+ * Entry, the signal restorer, and the control thread. The control thread uses no memory but the
+ * read-only command page and its ack buffer, and keeps its state in registers: tenant code shares
+ * the address space and could rewrite a stack under it.
+ */
+__asm__(
+	".text\n"
+	".globl _start\n"
+	"_start:\n"
+	"	mov %rsp, %rdi\n"
+	"	and $-16, %rsp\n"
+	"	call stub_main\n"
+	"	ud2\n"
+
+	".globl stub_restorer\n"
+	"stub_restorer:\n"
+	"	mov $15, %eax\n"
+	"	syscall\n"
+	"	ud2\n"
+
+	".globl stub_start_control\n"
+	"stub_start_control:\n"
+	"	mov $56, %eax\n"
+	"	mov $0x50f00, %edi\n" /* VM|FS|FILES|SIGHAND|THREAD|SYSVSEM */
+	"	xor %esi, %esi\n"     /* the control thread never touches a stack */
+	"	xor %edx, %edx\n"
+	"	xor %r10d, %r10d\n"
+	"	xor %r8d, %r8d\n"
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jz control_thread\n"
+	"	ret\n"
+
+	"control_thread:\n"
+	"	mov $317, %eax\n"
+	"	mov $1, %edi\n"
+	"	xor %esi, %esi\n"
+	"	movabs $0x7ff100002000, %rdx\n" /* SYSMSG_BASE + SETUP_CONTROL_FPROG */
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jnz control_die\n"
+	"	movabs $0x7ff100005000, %rbx\n" /* info page */
+	"	movl $1, 8(%rbx)\n"             /* INFO_READY */
+	"	mov $202, %eax\n"
+	"	lea 8(%rbx), %rdi\n"
+	"	mov $1, %esi\n"                 /* FUTEX_WAKE */
+	"	mov $1, %edx\n"
+	"	syscall\n"
+	"	xor %r12d, %r12d\n"             /* the last batch seen */
+	"control_wait:\n"
+	"	movabs $0x7ff100004000, %rbp\n" /* command page */
+	"	mov (%rbp), %eax\n"
+	"	cmp %eax, %r12d\n"
+	"	jne control_batch\n"
+	"	mov $202, %eax\n"
+	"	mov %rbp, %rdi\n"
+	"	xor %esi, %esi\n"               /* FUTEX_WAIT */
+	"	mov %r12d, %edx\n"
+	"	xor %r10d, %r10d\n"
+	"	syscall\n"
+	"	jmp control_wait\n"
+	"control_batch:\n"
+	"	mov %eax, %r12d\n"
+	"	mov 4(%rbp), %r13d\n"
+	"	cmp $100, %r13d\n"              /* CMD_MAX_OPS */
+	"	jbe 1f\n"
+	"	mov $100, %r13d\n"
+	"1:	xor %r14d, %r14d\n"
+	"	xor %r15d, %r15d\n"
+	"control_op:\n"
+	"	cmp %r13d, %r14d\n"
+	"	jae control_ack\n"
+	"	imul $40, %r14, %rbx\n"
+	"	lea 0x40(%rbp,%rbx), %rbx\n"
+	"	mov 8(%rbx), %rdi\n"
+	"	mov 16(%rbx), %rsi\n"
+	"	mov 24(%rbx), %rdx\n"
+	"	mov (%rbx), %rax\n"
+	"	cmp $1, %rax\n"
+	"	je control_map\n"
+	"	cmp $2, %rax\n"
+	"	je control_protect\n"
+	"	cmp $3, %rax\n"
+	"	je control_unmap\n"
+	"	mov $-22, %r15\n"
+	"	jmp control_ack\n"
+	"control_map:\n"
+	"	mov $9, %eax\n"
+	"	mov $0x8011, %r10d\n"           /* MAP_SHARED|MAP_FIXED|MAP_POPULATE */
+	"	mov $4, %r8d\n"                 /* FD_GRANT */
+	"	mov 32(%rbx), %r9\n"
+	"	syscall\n"
+	"	cmp %rax, %rdi\n"
+	"	jne control_fail\n"
+	"	jmp control_next\n"
+	"control_protect:\n"
+	"	mov $10, %eax\n"
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jnz control_fail\n"
+	"	jmp control_next\n"
+	"control_unmap:\n"
+	"	mov $11, %eax\n"
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jnz control_fail\n"
+	"control_next:\n"
+	"	inc %r14d\n"
+	"	jmp control_op\n"
+	"control_fail:\n"
+	"	mov %rax, %r15\n"
+	"control_ack:\n"
+	"	movabs $0x7ff100005040, %rsi\n" /* info page + INFO_ACK */
+	"	mov %r12d, (%rsi)\n"
+	"	mov %r14d, 4(%rsi)\n"
+	"	mov %r15, 8(%rsi)\n"
+	"	mov $1, %eax\n"
+	"	mov $5, %edi\n"                 /* FD_ACK */
+	"	mov $16, %edx\n"
+	"	syscall\n"
+	"	cmp $16, %rax\n"
+	"	je control_wait\n"
+	"control_die:\n"
+	"	mov $231, %eax\n"
+	"	mov $127, %edi\n"
+	"	syscall\n"
+	"	jmp control_die\n"
+
+	/* Outside the allowed range: every call here traps. The sandbox answers the first calls as
+	 * timing pings, then replaces the registers with the tenant's entry state. */
+	".section .boot, \"ax\"\n"
+	".globl stub_boot\n"
+	"stub_boot:\n"
+	"	mov $39, %eax\n"
+	"	syscall\n"
+	"	jmp stub_boot\n"
+	".text\n");

@@ -1,0 +1,75 @@
+/*
+ * Layout shared by the stub and the sandbox (crossing/layout.go holds the same numbers; a test
+ * checks that they agree). Every address here is fixed in every stub process.
+ */
+#ifndef ENDO_STUB_H
+#define ENDO_STUB_H
+
+/* The stub's own code and data (see stub.ld). Only .text is the allowed range of the filters. */
+#define STUB_BASE          0x7ff000000000UL
+
+/* The sysmsg file, mapped by the stub at SYSMSG_BASE. */
+#define SYSMSG_BASE        0x7ff100000000UL
+#define SYSMSG_SETUP       0x0000UL   /* read-only in the stub: filters */
+#define SYSMSG_CMD         0x4000UL   /* read-only in the stub: commands for the control thread */
+#define SYSMSG_INFO        0x5000UL   /* writable: what the stub reports at start */
+#define SYSMSG_THREADS     0x10000UL  /* writable: one block per tenant thread */
+#define SYSMSG_BLOCK       0x10000UL  /* a block: its slot page, then its signal stack */
+#define SYSMSG_MAX_THREADS 256
+#define SYSMSG_SIZE        (SYSMSG_THREADS + SYSMSG_MAX_THREADS * SYSMSG_BLOCK)
+
+/* Descriptors the sandbox gives the stub at exec. */
+#define FD_SYSMSG 3
+#define FD_GRANT  4
+#define FD_ACK    5
+
+/* Setup page: two seccomp programs, each a struct sock_fprog {u16 len; u64 filter} followed by
+ * its filter; the sandbox fills in absolute pointers (SYSMSG_BASE + offset). */
+#define SETUP_TENANT_FPROG  0x0000
+#define SETUP_TENANT_PROG   0x0010  /* up to SETUP_MAX_INSNS instructions of 8 bytes */
+#define SETUP_CONTROL_FPROG 0x2000
+#define SETUP_CONTROL_PROG  0x2010
+#define SETUP_MAX_INSNS     1000
+
+/* Command page: the sandbox writes ops, then nops, then bumps seq (the futex word). */
+#define CMD_SEQ   0x00  /* u32 */
+#define CMD_NOPS  0x04  /* u32 */
+#define CMD_OPS   0x40  /* struct op[CMD_MAX_OPS], 40 bytes each */
+#define CMD_OP_SIZE 40
+#define CMD_MAX_OPS 100
+#define OP_MAP     1  /* addr, len, prot, off: mmap(MAP_SHARED|MAP_FIXED|MAP_POPULATE) of FD_GRANT */
+#define OP_PROTECT 2  /* addr, len, prot */
+#define OP_UNMAP   3  /* addr, len */
+/* After a batch the control thread writes {u32 seq, u32 index of the failed op or nops,
+ * i64 -errno or 0} (16 bytes) to FD_ACK. */
+
+/* Info page. */
+#define INFO_VDSO  0x00 /* u64: AT_SYSINFO_EHDR of the stub */
+#define INFO_READY 0x08 /* u32: 1 once the control thread runs */
+#define INFO_ACK   0x40 /* 16 bytes: the control thread's ack, before it is written to FD_ACK */
+
+/* A thread's slot (the first bytes of its block). */
+#define SLOT_STATE      0   /* u32, futex word: 0 dead, 2 trapped, 3 resume */
+#define SLOT_SANDBOX_SLEEPING 4 /* u32 */
+#define SLOT_STUB_SLEEPING    8 /* u32 */
+#define SLOT_SIGNO     12   /* u32: SIGSYS, a fault's signal, or the preemption signal */
+#define SLOT_CODE      16   /* i32: si_code */
+#define SLOT_FLAGS     20   /* u32, from the sandbox: SLOT_F_* */
+#define SLOT_ADDR      24   /* u64: si_addr (faults) or si_call_addr (SIGSYS) */
+#define SLOT_SPIN      32   /* u64, from the sandbox: TSC cycles the stub may spin */
+#define SLOT_TSC       40   /* u64: rdtsc when the trap was posted */
+#define SLOT_ERR       48   /* u64: the fault's error code (bit 1: write) */
+#define SLOT_TRAPNO    56   /* u64 */
+#define SLOT_REGS      64   /* struct user_regs_struct (27 u64s, ptrace order) */
+
+#define STATE_DEAD    0
+#define STATE_TRAPPED 2
+#define STATE_RESUME  3
+
+#define SLOT_F_SET_FS    1 /* set the FS base to regs.fs_base before resuming */
+#define SLOT_F_EXIT      2 /* end this thread instead of resuming */
+#define SLOT_F_RESET_FPU 4 /* give the thread a fresh FPU/SSE state (exec, new thread) */
+
+#define SIG_PREEMPT 12 /* SIGUSR2: the sandbox's preemption signal */
+
+#endif

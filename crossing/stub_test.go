@@ -1,0 +1,115 @@
+package crossing
+
+import (
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/endovisor/endo/memgrant"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	codeAddr  = 0x400000
+	stackAddr = 0x500000
+)
+
+// startTenant spawns a stub and maps code at codeAddr and one stack page at stackAddr, from a
+// memory file of the test's own.
+func startTenant(t *testing.T, code []byte) (*Stub, *Thread) {
+	t.Helper()
+	fd, err := unix.MemfdCreate("test-grant", unix.MFD_CLOEXEC)
+	require.NoError(t, err)
+	grant := os.NewFile(uintptr(fd), "test-grant")
+	t.Cleanup(func() { grant.Close() })
+	require.NoError(t, unix.Ftruncate(fd, 1<<20))
+	_, err = unix.Pwrite(fd, code, 0)
+	require.NoError(t, err)
+
+	s, th, err := Spawn(grant)
+	require.NoError(t, err)
+	t.Cleanup(s.Release)
+	require.NoError(t, s.Apply([]memgrant.HostOp{
+		{Kind: memgrant.OpMap, Addr: codeAddr, Length: 4096, Prot: memgrant.ProtRead | memgrant.ProtExec, Offset: 0},
+		{Kind: memgrant.OpMap, Addr: stackAddr, Length: 4096, Prot: memgrant.ProtRead | memgrant.ProtWrite, Offset: 4096},
+	}))
+	require.Equal(t, TrapSyscall, th.Trap().Kind)
+	require.Equal(t, uint64(unix.SYS_GETPID), th.Regs.Orig_rax, "the boot ping is a getpid")
+	*th.Regs = unix.PtraceRegs{Rip: codeAddr, Rsp: stackAddr + 4096, Eflags: 0x202}
+	return s, th
+}
+
+func TestTenantSyscallsTrap(t *testing.T) {
+	code := []byte{
+		0xb8, 39, 0, 0, 0, // mov $39 (getpid), %eax
+		0x0f, 0x05, // syscall
+		0x48, 0x89, 0xc7, // mov %rax, %rdi
+		0xb8, 60, 0, 0, 0, // mov $60 (exit), %eax
+		0x0f, 0x05, // syscall
+	}
+	s, th := startTenant(t, code)
+	require.NoError(t, th.Resume(ResumeResetFPU, 0, 0))
+	tr := th.Trap()
+	require.Equal(t, TrapSyscall, tr.Kind)
+	require.Equal(t, uint64(unix.SYS_GETPID), th.Regs.Orig_rax)
+	require.Equal(t, uint64(codeAddr+7), tr.Addr, "si_call_addr is after the syscall")
+	th.Regs.Rax = 4242
+	require.NoError(t, th.Resume(0, 0, 0))
+	require.Equal(t, uint64(unix.SYS_EXIT), th.Regs.Orig_rax)
+	require.Equal(t, uint64(4242), th.Regs.Rdi, "the tenant saw the sandbox's return value")
+	th.Exit()
+	s.Kill()
+	<-s.Exited()
+}
+
+func TestTenantFaultTraps(t *testing.T) {
+	code := []byte{
+		0x48, 0xc7, 0xc0, 0x00, 0x10, 0, 0, // mov $0x1000, %rax
+		0x48, 0x89, 0x00, // mov %rax, (%rax): write to an unmapped page
+	}
+	_, th := startTenant(t, code)
+	require.NoError(t, th.Resume(0, 0, 0))
+	tr := th.Trap()
+	require.Equal(t, TrapFault, tr.Kind)
+	require.Equal(t, syscall.SIGSEGV, tr.Signal)
+	require.Equal(t, uint64(0x1000), tr.Addr)
+	require.True(t, tr.Write)
+}
+
+// A tenant that jumps to a syscall instruction of the stub gets nothing: the filter kills the
+// stub for any call the handler does not make itself.
+func TestTenantJumpIntoStubIsKilled(t *testing.T) {
+	text, err := StubText()
+	require.NoError(t, err)
+	for _, nr := range []uint64{unix.SYS_EXECVE, unix.SYS_OPENAT, unix.SYS_MMAP, unix.SYS_GETPID} {
+		code := []byte{
+			0xb8, byte(nr), 0, 0, 0, // mov $nr, %eax
+			0x48, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, // movabs $target, %rbx
+			0xff, 0xe3, // jmp *%rbx
+		}
+		target := findSyscallInsn(t, text)
+		for i := 0; i < 8; i++ {
+			code[7+i] = byte(target >> (8 * i))
+		}
+		s, th := startTenant(t, code)
+		th.Regs.Rdi = codeAddr // a pointer, for the calls that take one
+		require.ErrorIs(t, th.Resume(0, 0, 0), ErrStubDead, "call %d", nr)
+		<-s.Exited()
+		require.True(t, s.exitStatus.Signaled(), "call %d: %v", nr, describeWait(s.exitStatus))
+		require.Equal(t, syscall.SIGSYS, s.exitStatus.Signal())
+	}
+}
+
+// findSyscallInsn finds a syscall instruction (0f 05) in the stub's text.
+func findSyscallInsn(t *testing.T, text Range) uint64 {
+	off := text.Start - StubBase
+	for i := off; i+1 < text.End-StubBase; i++ {
+		// The blob's file offset of .text is one page (see stub.ld and the ELF layout).
+		if stubBlob[0x1000+i] == 0x0f && stubBlob[0x1000+i+1] == 0x05 {
+			return StubBase + i
+		}
+	}
+	t.Fatal("no syscall instruction in the stub")
+	return 0
+}

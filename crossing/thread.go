@@ -1,0 +1,177 @@
+package crossing
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Thread is one stub thread as the sandbox drives it: its slot in the sysmsg file.
+type Thread struct {
+	stub  *Stub
+	index int
+	base  int // offset of its slot in the sysmsg file
+
+	state, sandboxSleeping, stubSleeping *uint32
+	flags                                *uint32
+	spin                                 *uint64
+
+	// Regs are the thread's registers as of its last trap; change them before Resume.
+	Regs *unix.PtraceRegs
+}
+
+func (s *Stub) newThread(i int) (*Thread, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i < 0 || i >= sysmsgMaxThreads || s.threads[i] != nil {
+		return nil, fmt.Errorf("stub thread slot %d is taken or out of range", i)
+	}
+	base := sysmsgThreads + i*sysmsgBlock
+	t := &Thread{
+		stub: s, index: i, base: base,
+		state:           s.u32(base + slotState),
+		sandboxSleeping: s.u32(base + slotSandboxSleeping),
+		stubSleeping:    s.u32(base + slotStubSleeping),
+		flags:           s.u32(base + slotFlags),
+		spin:            s.u64(base + slotSpin),
+		Regs:            s.regsAt(base + slotRegs),
+	}
+	s.threads[i] = t
+	return t, nil
+}
+
+// Stub is the process the thread belongs to.
+func (t *Thread) Stub() *Stub { return t.stub }
+
+// TrapKind says why a thread stopped.
+type TrapKind int
+
+const (
+	TrapSyscall TrapKind = iota + 1 // a system call of tenant code (Regs.Orig_rax is the number)
+	TrapFault                       // a fault: Signal, Code, Addr, Write
+	TrapPreempt                     // the sandbox's preemption signal
+)
+
+// Trap describes the thread's last stop.
+type Trap struct {
+	Kind   TrapKind
+	Signal syscall.Signal // the host signal the stub caught
+	Code   int32          // its si_code
+	Addr   uint64         // the fault address, or the address after the syscall instruction
+	Write  bool           // a page fault by a write
+}
+
+// Trap reads the reason of the last stop.
+func (t *Thread) Trap() Trap {
+	s := t.stub
+	sig := syscall.Signal(atomic.LoadUint32(s.u32(t.base + slotSigno)))
+	tr := Trap{
+		Signal: sig,
+		Code:   int32(*s.u32(t.base + slotCode)),
+		Addr:   *s.u64(t.base + slotAddr),
+		Write:  *s.u64(t.base+slotErr)&2 != 0,
+	}
+	switch sig {
+	case syscall.SIGSYS:
+		tr.Kind = TrapSyscall
+	case sigPreempt:
+		tr.Kind = TrapPreempt
+	default:
+		tr.Kind = TrapFault
+	}
+	return tr
+}
+
+// ResumeFlags change how the stub resumes a thread.
+type ResumeFlags uint32
+
+const (
+	ResumeSetFS    ResumeFlags = slotFSetFS    // load Regs.Fs_base into the FS base
+	ResumeResetFPU ResumeFlags = slotFResetFPU // start with a fresh FPU state (exec)
+)
+
+// Resume hands the thread back to tenant code with Regs and waits for its next trap. spin is how
+// long each side may spin before sleeping, in TSC cycles: the caller (the kernelet) grants it only
+// when a CPU is free for the spinning side. It returns ErrStubDead if the thread or its process
+// ended meanwhile.
+func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
+	t.post(uint32(flags), stubSpin)
+	return t.wait(sandboxSpin)
+}
+
+// Exit ends the stub thread without waiting.
+func (t *Thread) Exit() {
+	t.post(slotFExit, 0)
+}
+
+func (t *Thread) post(flags uint32, stubSpin uint64) {
+	*t.flags = flags
+	*t.spin = stubSpin
+	atomic.StoreUint32(t.state, stateResume)
+	if atomic.LoadUint32(t.stubSleeping) != 0 {
+		futexWake(t.state)
+	}
+}
+
+// wait spins for up to spin cycles, then sleeps: first keeping the P (a quick trap is likely),
+// then letting the runtime use it elsewhere.
+func (t *Thread) wait(spin uint64) error {
+	if spin > 0 {
+		t0 := rdtsc()
+		for rdtsc()-t0 < spin {
+			if atomic.LoadUint32(t.state) != stateResume {
+				return t.stopped()
+			}
+			cpuRelax()
+		}
+	}
+	atomic.StoreUint32(t.sandboxSleeping, 1)
+	short := unix.Timespec{Nsec: 1e6}
+	for i := 0; atomic.LoadUint32(t.state) == stateResume; i++ {
+		if i < 2 {
+			futexWaitRaw(t.state, stateResume, &short)
+		} else {
+			futexWaitBlocking(t.state, stateResume)
+		}
+	}
+	atomic.StoreUint32(t.sandboxSleeping, 0)
+	return t.stopped()
+}
+
+func (t *Thread) stopped() error {
+	if atomic.LoadUint32(t.state) == stateDead {
+		return ErrStubDead
+	}
+	return nil
+}
+
+// readMaps lists the stub's mappings at start: everything there is the stub's own.
+func readMaps(pid int) ([]Range, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, fmt.Errorf("stub maps: %w", err)
+	}
+	defer f.Close()
+	var rs []Range
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		field, _, _ := strings.Cut(sc.Text(), " ")
+		lo, hi, ok := strings.Cut(field, "-")
+		if !ok {
+			continue
+		}
+		a, err1 := strconv.ParseUint(lo, 16, 64)
+		b, err2 := strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("stub maps: bad line %q", sc.Text())
+		}
+		rs = append(rs, Range{a, b})
+	}
+	return rs, sc.Err()
+}

@@ -1,0 +1,116 @@
+package kernel
+
+import (
+	"fmt"
+
+	"github.com/endovisor/endo/memgrant"
+	"golang.org/x/sys/unix"
+)
+
+const protKnown = unix.PROT_READ | unix.PROT_WRITE | unix.PROT_EXEC
+
+func sysMmap(t *Task, a sysargs) (uint64, error) {
+	addr, length, prot, flags, fd, off := a[0], a[1], a[2], a[3], a[4], a[5]
+	if length == 0 || off%memgrant.PageSize != 0 || prot&^(protKnown|unix.PROT_GROWSDOWN|unix.PROT_GROWSUP) != 0 {
+		return 0, unix.EINVAL
+	}
+	var mf memgrant.MapFlags
+	switch flags & unix.MAP_TYPE {
+	case unix.MAP_PRIVATE, unix.MAP_SHARED, unix.MAP_SHARED_VALIDATE:
+	default:
+		return 0, unix.EINVAL
+	}
+	shared := flags&unix.MAP_TYPE != unix.MAP_PRIVATE
+	if flags&unix.MAP_FIXED != 0 {
+		mf |= memgrant.MapFixed
+	}
+	if flags&unix.MAP_FIXED_NOREPLACE != 0 {
+		mf |= memgrant.MapFixedNoReplace
+	}
+	if flags&unix.MAP_GROWSDOWN != 0 {
+		mf |= memgrant.MapGrowsDown
+	}
+	if flags&unix.MAP_NORESERVE != 0 {
+		mf |= memgrant.MapNoReserve
+	}
+	mprot := memgrant.Prot(prot & protKnown)
+	var fill memgrant.FillFunc
+	name := ""
+	if flags&unix.MAP_ANONYMOUS == 0 {
+		f, err := t.file(fd)
+		if err != nil {
+			return 0, err
+		}
+		defer f.DecRef()
+		if f.Flags()&unix.O_ACCMODE == unix.O_WRONLY {
+			return 0, unix.EACCES
+		}
+		st, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return 0, unix.ENODEV
+		}
+		if shared && prot&unix.PROT_WRITE != 0 {
+			// Writes would have to reach the file: not there yet.
+			t.p.k.cfg.Log("pid %d: writable shared file mappings are not supported", t.p.pid)
+			return 0, fmt.Errorf("shared writable file mapping: %w", unix.ENODEV)
+		}
+		name = f.Path()
+		// Map copies the file's pages before it returns, so fill never outlives f's reference.
+		fill = func(o uint64, dst []byte) error {
+			_, err := f.Pread(dst, int64(off+o))
+			return err
+		}
+	}
+	// Anonymous shared memory is private until there is more than one process to share with.
+	at, err := t.p.k.svc.Map(t.p.as, addr, length, mprot, mf, name, fill)
+	if err != nil {
+		return 0, err
+	}
+	return at, nil
+}
+
+func sysMunmap(t *Task, a sysargs) (uint64, error) {
+	if a[0]%memgrant.PageSize != 0 || a[1] == 0 {
+		return 0, unix.EINVAL
+	}
+	return 0, t.p.k.svc.Unmap(t.p.as, a[0], pageUp(a[1]))
+}
+
+func sysMprotect(t *Task, a sysargs) (uint64, error) {
+	if a[0]%memgrant.PageSize != 0 || a[2]&^(protKnown|unix.PROT_GROWSDOWN|unix.PROT_GROWSUP) != 0 {
+		return 0, unix.EINVAL
+	}
+	if a[1] == 0 {
+		return 0, nil
+	}
+	return 0, t.p.k.svc.Protect(t.p.as, a[0], pageUp(a[1]), memgrant.Prot(a[2]&protKnown))
+}
+
+// brk grows or shrinks the heap above the program; like Linux it returns the old break when it
+// cannot move it.
+func sysBrk(t *Task, a sysargs) (uint64, error) {
+	p := t.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	want := a[0]
+	if want < p.brkStart || want > p.brkStart+(1<<40) {
+		return p.brk, nil
+	}
+	oldTop, newTop := pageUp(p.brk), pageUp(want)
+	switch {
+	case newTop > oldTop:
+		if _, err := p.k.svc.Map(p.as, oldTop, newTop-oldTop, memgrant.ProtRead|memgrant.ProtWrite,
+			memgrant.MapFixedNoReplace, "[heap]", nil); err != nil {
+			return p.brk, nil
+		}
+	case newTop < oldTop:
+		if err := p.k.svc.Unmap(p.as, newTop, oldTop-newTop); err != nil {
+			return p.brk, nil
+		}
+	}
+	p.brk = want
+	return want, nil
+}

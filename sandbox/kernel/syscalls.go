@@ -1,0 +1,126 @@
+package kernel
+
+import (
+	"errors"
+	"time"
+
+	"github.com/endovisor/endo/crossing"
+	"golang.org/x/sys/unix"
+)
+
+// sysargs are a system call's six arguments.
+type sysargs [6]uint64
+
+// sysFn serves one system call; it returns the value for rax, or an error that carries an
+// errno (anything else becomes EIO, logged).
+type sysFn func(t *Task, a sysargs) (uint64, error)
+
+var syscallTable [512]sysFn
+
+func init() {
+	for nr, fn := range map[uint64]sysFn{
+		unix.SYS_READ: sysRead, unix.SYS_WRITE: sysWrite, unix.SYS_READV: sysReadv,
+		unix.SYS_WRITEV: sysWritev, unix.SYS_PREAD64: sysPread, unix.SYS_PWRITE64: sysPwrite,
+		unix.SYS_OPEN: sysOpen, unix.SYS_OPENAT: sysOpenat, unix.SYS_CLOSE: sysClose,
+		unix.SYS_STAT: sysStat, unix.SYS_LSTAT: sysLstat, unix.SYS_FSTAT: sysFstat,
+		unix.SYS_NEWFSTATAT: sysNewfstatat, unix.SYS_STATX: sysStatx, unix.SYS_LSEEK: sysLseek,
+		unix.SYS_GETDENTS64: sysGetdents64, unix.SYS_READLINK: sysReadlink,
+		unix.SYS_READLINKAT: sysReadlinkat, unix.SYS_ACCESS: sysAccess,
+		unix.SYS_FACCESSAT: sysFaccessat, unix.SYS_FACCESSAT2: sysFaccessat,
+		unix.SYS_GETCWD: sysGetcwd, unix.SYS_CHDIR: sysChdir, unix.SYS_FCHDIR: sysFchdir,
+		unix.SYS_FCNTL: sysFcntl, unix.SYS_DUP: sysDup, unix.SYS_DUP2: sysDup2, unix.SYS_DUP3: sysDup3,
+		unix.SYS_IOCTL: sysIoctl, unix.SYS_UMASK: sysUmask, unix.SYS_FADVISE64: sysFadvise,
+		unix.SYS_MKDIRAT: sysMkdirat, unix.SYS_MKDIR: sysMkdir, unix.SYS_UNLINKAT: sysUnlinkat,
+		unix.SYS_UNLINK: sysUnlink, unix.SYS_RMDIR: sysRmdir, unix.SYS_RENAMEAT: sysRenameat,
+		unix.SYS_RENAMEAT2: sysRenameat2, unix.SYS_RENAME: sysRename, unix.SYS_FTRUNCATE: sysFtruncate,
+		unix.SYS_FSYNC: sysFsync, unix.SYS_FDATASYNC: sysFsync,
+
+		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
+		unix.SYS_MPROTECT: sysMprotect,
+
+		unix.SYS_EXIT: sysExit, unix.SYS_EXIT_GROUP: sysExitGroup, unix.SYS_GETPID: sysGetpid,
+		unix.SYS_GETTID: sysGettid, unix.SYS_GETPPID: sysGetppid, unix.SYS_GETUID: sysZero,
+		unix.SYS_GETEUID: sysZero, unix.SYS_GETGID: sysZero, unix.SYS_GETEGID: sysZero,
+		unix.SYS_GETPGRP: sysGetpid, unix.SYS_GETPGID: sysGetpid, unix.SYS_GETSID: sysGetpid,
+		unix.SYS_ARCH_PRCTL: sysArchPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
+		unix.SYS_SET_ROBUST_LIST: sysZero, unix.SYS_UNAME: sysUname,
+		unix.SYS_RT_SIGACTION: sysRtSigaction, unix.SYS_RT_SIGPROCMASK: sysRtSigprocmask,
+		unix.SYS_GETRANDOM: sysGetrandom, unix.SYS_PRLIMIT64: sysPrlimit,
+		unix.SYS_GETRLIMIT: sysGetrlimit, unix.SYS_SETRLIMIT: sysSetrlimit,
+		unix.SYS_CLOCK_GETTIME: sysClockGettime, unix.SYS_GETTIMEOFDAY: sysGettimeofday,
+		unix.SYS_TIME: sysTime, unix.SYS_NANOSLEEP: sysNanosleep,
+		unix.SYS_CLOCK_NANOSLEEP: sysClockNanosleep, unix.SYS_SCHED_YIELD: sysSchedYield,
+		unix.SYS_SCHED_GETAFFINITY: sysSchedGetaffinity, unix.SYS_KILL: sysKill,
+		unix.SYS_TGKILL: sysTgkill, unix.SYS_TKILL: sysTkill,
+	} {
+		syscallTable[nr] = fn
+	}
+}
+
+// syscall serves the system call the task trapped on.
+func (t *Task) syscall() {
+	r := t.th.Regs
+	nr := r.Orig_rax
+	a := sysargs{r.Rdi, r.Rsi, r.Rdx, r.R10, r.R8, r.R9}
+	var fn sysFn
+	if nr < uint64(len(syscallTable)) {
+		fn = syscallTable[nr]
+	}
+	if fn == nil {
+		t.p.k.countUnimplemented(nr)
+		r.Rax = negErrno(unix.ENOSYS)
+		return
+	}
+	v, err := fn(t, a)
+	if err != nil {
+		r.Rax = negErrno(errnoOf(t, nr, err))
+		return
+	}
+	r.Rax = v
+}
+
+func negErrno(e unix.Errno) uint64 { return uint64(-int64(e)) }
+
+// errnoOf finds the errno an error carries; an error without one is a kernel bug, logged.
+func errnoOf(t *Task, nr uint64, err error) unix.Errno {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	t.p.k.cfg.Log("pid %d: %s: %v", t.p.pid, sysNames[nr], err)
+	return unix.EIO
+}
+
+// timeCrossing measures the tenant round trip on the first stub of the kernel, which waits at
+// its boot ping, and the service table's overhead; both are logged.
+func (k *Kernel) timeCrossing(th *crossing.Thread) {
+	k.mu.Lock()
+	if k.timed {
+		k.mu.Unlock()
+		return
+	}
+	k.timed = true
+	k.mu.Unlock()
+
+	svc := k.svc.TimeNoop()
+	var spin uint64
+	spare := k.sched.TryAcquire()
+	if spare != nil && k.sched.Idle() > 0 {
+		spin = spinMaxMicros * crossing.CyclesPerMicrosecond()
+	}
+	best := time.Hour
+	for i := 0; i < 7; i++ {
+		t0 := time.Now()
+		if err := th.Resume(0, spin, spin); err != nil {
+			break
+		}
+		best = min(best, time.Since(t0))
+	}
+	if spare != nil {
+		k.sched.Release(spare)
+	}
+	k.mu.Lock()
+	k.timings = Timings{Service: svc, RoundTrip: best}
+	k.mu.Unlock()
+	k.cfg.Log("crossing: tenant round trip %v (cheapest of 7, spinning=%v); %v", best, spin > 0, svc)
+}

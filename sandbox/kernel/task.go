@@ -1,0 +1,186 @@
+package kernel
+
+import (
+	"errors"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/endovisor/endo/crossing"
+	"github.com/endovisor/endo/sandbox/kernelet"
+	"golang.org/x/sys/unix"
+)
+
+// Task is one tenant thread as the kernel sees it: its stub thread, its registers' extra state,
+// and its place in the kernelet.
+type Task struct {
+	p   *Process
+	tid int
+	th  *crossing.Thread
+
+	vcpu  *kernelet.VCPU // held while the task runs tenant or kernel code
+	spare *kernelet.VCPU // an idle vCPU borrowed to spin on, returned when someone needs it
+
+	resumeFlags crossing.ResumeFlags
+	fsBase      uint64
+	clearTID    uint64
+	sigmask     uint64
+	stop        bool // the task has exited
+
+	spin spinState
+}
+
+// Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
+// calls, the stub longer than the kernel's service time; both only on a spare vCPU.
+const (
+	spinMinMicros  = 10
+	spinMaxMicros  = 100
+	stubSpinMicros = 30
+	spinBackoff    = 64 // round trips without spinning after the window kept missing
+)
+
+type spinState struct {
+	window uint64 // cycles the carrier spins; 0 = sleep at once
+	misses int
+	pause  int
+}
+
+// spins decides this round trip's spin windows and borrows or returns the spare vCPU.
+func (t *Task) spins() (stub, sandbox uint64) {
+	sched := t.p.k.sched
+	if t.spare != nil && sched.Waiting() {
+		sched.Release(t.spare)
+		t.spare = nil
+	}
+	if t.spin.pause > 0 {
+		t.spin.pause--
+		return 0, 0
+	}
+	if t.spare == nil {
+		if t.spare = sched.TryAcquire(); t.spare == nil {
+			return 0, 0
+		}
+	}
+	us := crossing.CyclesPerMicrosecond()
+	if t.spin.window == 0 {
+		t.spin.window = spinMaxMicros * us
+	}
+	return stubSpinMicros * us, t.spin.window
+}
+
+// adapt moves the window after a round trip that took elapsed cycles.
+func (t *Task) adapt(elapsed uint64) {
+	if t.spin.window == 0 {
+		return
+	}
+	us := crossing.CyclesPerMicrosecond()
+	if elapsed <= t.spin.window {
+		t.spin.misses = 0
+		t.spin.window = min(max(2*elapsed, spinMinMicros*us), spinMaxMicros*us)
+		return
+	}
+	// The trap came after the carrier had gone to sleep: the spin bought nothing.
+	if t.spin.misses++; t.spin.misses >= 3 {
+		t.spin = spinState{pause: spinBackoff}
+		if t.spare != nil {
+			t.p.k.sched.Release(t.spare)
+			t.spare = nil
+		}
+	}
+}
+
+// run is the task's life: resume tenant code, serve its trap, repeat. The goroutine keeps its
+// OS thread so that the raw futex waits of the crossing keep their P.
+func (t *Task) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	sched := t.p.k.sched
+	t.vcpu = sched.Acquire()
+	started := time.Now()
+	var ended ExitStatus
+	for !t.stop {
+		stubSpin, sandboxSpin := t.spins()
+		flags := t.resumeFlags
+		t.resumeFlags = 0
+		c0 := crossing.Cycles()
+		if err := t.th.Resume(flags, stubSpin, sandboxSpin); err != nil {
+			ended = t.stubEnded(err)
+			break
+		}
+		if sandboxSpin > 0 {
+			t.adapt(crossing.Cycles() - c0)
+		}
+		tr := t.th.Trap()
+		switch tr.Kind {
+		case crossing.TrapSyscall:
+			t.syscall()
+		case crossing.TrapFault:
+			t.fault(tr)
+		case crossing.TrapPreempt:
+			t.yield()
+		}
+	}
+	if t.spare != nil {
+		sched.Release(t.spare)
+	}
+	sched.Release(t.vcpu)
+	t.p.cpu.Add(int64(time.Since(started)))
+	t.p.finish(ended)
+}
+
+// stubEnded turns the stub's death into an exit status: a signal the host sent it (SIGKILL from
+// Signal, SIGSYS from the filter).
+func (t *Task) stubEnded(err error) ExitStatus {
+	if !errors.Is(err, crossing.ErrStubDead) {
+		return ExitStatus{Signal: unix.SIGKILL}
+	}
+	ws := t.p.stub.WaitStatus()
+	if ws.Signaled() {
+		return ExitStatus{Signal: unix.Signal(ws.Signal())}
+	}
+	return ExitStatus{Signal: unix.SIGKILL}
+}
+
+// fault serves a fault: memory the grant populates lazily, else the signal kills the process
+// (signal handlers come with the next version of the kernel).
+func (t *Task) fault(tr crossing.Trap) {
+	if tr.Signal == syscall.SIGSEGV || tr.Signal == syscall.SIGBUS {
+		ok, err := t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
+		if ok {
+			return
+		}
+		if errors.Is(err, unix.ENOMEM) {
+			t.p.k.cfg.Log("pid %d: out of memory at %#x: killed", t.p.pid, tr.Addr)
+			t.exitGroup(ExitStatus{Signal: unix.SIGKILL, OOMKilled: true})
+			return
+		}
+	}
+	t.exitGroup(ExitStatus{Signal: unix.Signal(tr.Signal)})
+}
+
+// yield gives the vCPU to a waiting task, if any.
+func (t *Task) yield() {
+	sched := t.p.k.sched
+	if sched.Waiting() {
+		sched.Release(t.vcpu)
+		t.vcpu = sched.Acquire()
+	}
+}
+
+// blocking runs fn (which may block in the host) without holding the vCPU.
+func (t *Task) blocking(fn func()) {
+	sched := t.p.k.sched
+	if t.spare != nil {
+		sched.Release(t.spare)
+		t.spare = nil
+	}
+	sched.Release(t.vcpu)
+	fn()
+	t.vcpu = sched.Acquire()
+}
+
+// exitGroup ends the whole process with st.
+func (t *Task) exitGroup(st ExitStatus) {
+	t.p.setStatus(st)
+	t.stop = true
+}
