@@ -34,6 +34,7 @@ const (
 
 	infoVdso  = 0x00
 	infoReady = 0x08
+	infoAck   = 0x40
 
 	slotState           = 0
 	slotSandboxSleeping = 4

@@ -22,6 +22,7 @@ var version = "dev"
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
   endo run --rootfs DIR [--report] [--memory BYTES] [--cpus N] [--env K=V]... -- PROGRAM [ARGS...]
+  endo bench --tenants DIR [--runs N]
   endo version
 `)
 }
@@ -36,6 +37,8 @@ func main() {
 	switch os.Args[1] {
 	case "run":
 		os.Exit(run(os.Args[2:]))
+	case "bench":
+		os.Exit(bench(os.Args[2:]))
 	case "version", "--version":
 		fmt.Printf("endo %s\n", version)
 	default:
@@ -78,6 +81,13 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "endo run: need --rootfs DIR and a program")
 		return 2
 	}
+	if fi, err := os.Stat(*rootfs); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		fmt.Fprintf(os.Stderr, "endo: rootfs %s: %v\n", *rootfs, err)
+		return exitEndoError
+	}
 	if len(env) == 0 {
 		env = envFlags{defaultEnvPath}
 	}
@@ -106,6 +116,9 @@ func run(args []string) int {
 		return exitEndoError
 	}
 	st := p.Wait()
+	if st.Signal == unix.SIGSYS {
+		fmt.Fprintf(os.Stderr, "endo: %s made a forbidden host system call and was killed (SIGSYS)\n", argv[0])
+	}
 	if *report {
 		printReport(k.Unimplemented())
 	}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// bench runs the tenant benchmarks natively and in a sandbox, interleaved, and prints a table of
+// medians with their ratios. Only ratios mean anything on a shared, paravirtualised machine.
+func bench(args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	tenants := fs.String("tenants", "", "directory whose bin/ holds the static tenant programs (bin/bench)")
+	runs := fs.Int("runs", 5, "interleaved runs per configuration; the median is reported")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *tenants == "" {
+		fmt.Fprintln(os.Stderr, "endo bench: need --tenants DIR")
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "endo bench: %v\n", err)
+		return exitEndoError
+	}
+	b := &bencher{self: self, root: *tenants, runs: *runs}
+	fmt.Printf("%-44s %12s %12s %8s  %s\n", "benchmark", "native", "endo", "ratio", "target")
+	b.row("getpid, two CPUs (ns/call)", "<= 5x", nil, "2", "/bin/bench", "getpid", "200000")
+	b.row("getpid, pinned to one CPU (ns/call)", "<= 16x", []string{"taskset", "-c", "0"}, "1", "/bin/bench", "getpid", "50000")
+	b.row("mmap + first touch of 16 MiB (ns/page)", "< 1x", nil, "2", "/bin/bench", "touch", "16")
+	b.startTimings()
+	return b.status
+}
+
+type bencher struct {
+	self, root string
+	runs       int
+	status     int
+}
+
+var nsLine = regexp.MustCompile(`ns=([0-9.]+)`)
+
+// measure runs one command and returns the ns value it printed.
+func (b *bencher) measure(argv []string) (float64, string, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return 0, errb.String(), fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(errb.String()))
+	}
+	m := nsLine.FindStringSubmatch(out.String())
+	if m == nil {
+		return 0, errb.String(), fmt.Errorf("%s printed no result: %q", strings.Join(argv, " "), out.String())
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, errb.String(), err
+}
+
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	return xs[len(xs)/2]
+}
+
+// row measures a tenant natively (chrooted into the tenants dir) and in Endo with cpus vCPUs,
+// under the same prefix (taskset), interleaving the two.
+func (b *bencher) row(name, target string, prefix []string, cpus string, tenant ...string) {
+	var nat, endo []float64
+	for i := 0; i < b.runs; i++ {
+		n, _, err := b.measure(append(append(append([]string{}, prefix...), filepath.Join(b.root, tenant[0])), tenant[1:]...))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "endo bench: %s: native: %v\n", name, err)
+			b.status = 1
+			return
+		}
+		e, _, err := b.measure(append(append(append([]string{}, prefix...), b.self, "run", "--cpus", cpus, "--rootfs", b.root, "--"), tenant...))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "endo bench: %s: endo: %v\n", name, err)
+			b.status = 1
+			return
+		}
+		nat, endo = append(nat, n), append(endo, e)
+	}
+	mn, me := median(nat), median(endo)
+	fmt.Printf("%-44s %12.1f %12.1f %7.2fx  %s\n", name, mn, me, me/mn, target)
+}
+
+var timingLine = regexp.MustCompile(`tenant round trip ([^ ]+) .*direct ([0-9.]+) ns, through the table ([0-9.]+) ns`)
+
+// startTimings reports what the sandbox measures of its crossing at every start.
+func (b *bencher) startTimings() {
+	var rt []string
+	var direct, table []float64
+	for i := 0; i < b.runs; i++ {
+		cmd := exec.Command(b.self, "run", "-v", "--rootfs", b.root, "--", "/bin/bench", "getpid", "1")
+		out, err := cmd.CombinedOutput()
+		m := timingLine.FindStringSubmatch(string(out))
+		if err != nil || m == nil {
+			fmt.Fprintf(os.Stderr, "endo bench: start timings: %v %q\n", err, out)
+			b.status = 1
+			return
+		}
+		rt = append(rt, m[1])
+		d, _ := strconv.ParseFloat(m[2], 64)
+		t, _ := strconv.ParseFloat(m[3], 64)
+		direct, table = append(direct, d), append(table, t)
+	}
+	md, mt := median(direct), median(table)
+	fmt.Printf("%-44s %12.1f %12.1f %7.1f ns over a direct call\n", "service table no-op, direct vs table (ns)", md, mt, mt-md)
+	fmt.Printf("%-44s %s\n", "tenant round trip logged at start", strings.Join(rt, " "))
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	endoBin string // the endo binary under test
+	rootfs  string // a rootfs with busybox and the tenant programs
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if os.Getuid() != 0 {
+		fmt.Println("endo run tests need root (they chroot for native comparisons)")
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "endo-run-test-")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	endoBin = filepath.Join(dir, "endo")
+	if out, err := exec.Command("go", "build", "-o", endoBin, ".").CombinedOutput(); err != nil {
+		fmt.Printf("build endo: %v\n%s", err, out)
+		return 1
+	}
+	rootfs = filepath.Join(dir, "rootfs")
+	if err := makeRootfs(rootfs); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	return m.Run()
+}
+
+// makeRootfs lays out busybox (Debian's busybox-static), its applets, the tenant programs built
+// static, and a data file.
+func makeRootfs(root string) error {
+	bin := filepath.Join(root, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return fmt.Errorf("need Debian's busybox-static (make test installs it): %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "busybox"), bb, 0o755); err != nil {
+		return err
+	}
+	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty"} {
+		if err := os.Symlink("busybox", filepath.Join(bin, a)); err != nil {
+			return err
+		}
+	}
+	for _, t := range []string{"hello", "segv", "hostile"} {
+		src := filepath.Join("..", "..", "tenants", t+".c")
+		out, err := exec.Command("gcc", "-static", "-O2", "-o", filepath.Join(bin, t), src).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build tenant %s: %v\n%s", t, err, out)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(root, "data.txt"), []byte("one two\nthree\n"), 0o644)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func runCmd(t *testing.T, stdin string, name string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			if name == endoBin {
+				t.Fatalf("%s %v: endo itself was killed: %v", name, args, err)
+			}
+			code = 128 + int(ws.Signal()) // as a shell reports it
+		}
+	} else if err != nil {
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// endo runs a program in a fresh sandbox over the test rootfs.
+func endo(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCmd(t, "", endoBin, append([]string{"run", "--rootfs", rootfs, "--"}, args...)...)
+}
+
+// native runs the same program on the host, chrooted into the same rootfs.
+func native(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCmd(t, "", "chroot", append([]string{rootfs}, args...)...)
+}
+
+func requireNoStubs(t *testing.T) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.HasPrefix(b, []byte("endo-stub")) {
+			t.Errorf("a stub process is left behind: %s", p)
+		}
+	}
+}
+
+func TestProgramsPrintWhatTheyPrintNatively(t *testing.T) {
+	for _, args := range [][]string{
+		{"/bin/hello"},
+		{"/bin/hello", "a", "b"},
+		{"echo", "hello", "from", "endo"},
+		{"cat", "/data.txt"},
+		{"ls", "/"},
+		{"ls", "-l", "/bin"},
+		{"ls", "-la", "/"},
+		{"wc", "/data.txt"},
+		{"uname", "-s", "-m"},
+		{"true"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			want := native(t, args...)
+			got := endo(t, args...)
+			require.Equal(t, want, got)
+		})
+	}
+	requireNoStubs(t)
+}
+
+func TestUnameReportsTheSandbox(t *testing.T) {
+	got := endo(t, "uname", "-r", "-v")
+	require.Equal(t, 0, got.code)
+	require.Contains(t, got.stdout, "endo")
+	require.NotEqual(t, native(t, "uname", "-r", "-v").stdout, got.stdout)
+}
+
+func TestExitStatusPropagates(t *testing.T) {
+	require.Equal(t, 1, endo(t, "false").code)
+	require.Equal(t, 139, endo(t, "/bin/segv").code, "killed by SIGSEGV: 128+11")
+	require.Equal(t, native(t, "/bin/segv").code, 139)
+}
+
+func TestStdinReachesTheTenant(t *testing.T) {
+	got := runCmd(t, "piped data\n", endoBin, "run", "--rootfs", rootfs, "--", "cat")
+	require.Equal(t, result{"piped data\n", "", 0}, got)
+}
+
+// A tenant that jumps to the stub's own syscall instruction gets nothing from the host: the
+// filter kills it.
+func TestJumpIntoTheStubIsKilled(t *testing.T) {
+	for _, call := range []string{"execve", "open", "mmap"} {
+		t.Run(call, func(t *testing.T) {
+			got := endo(t, "/bin/hostile", "jump", call)
+			require.NotContains(t, got.stdout, "ESCAPED")
+			require.Equal(t, 128+31, got.code, "killed by SIGSYS")
+			require.Contains(t, got.stderr, "forbidden host system call")
+		})
+	}
+	requireNoStubs(t)
+}
+
+// Paths are resolved inside the rootfs: a file that exists only on the host is not there.
+func TestPathsStayInTheRootfs(t *testing.T) {
+	host, err := os.CreateTemp("", "endo-host-only-")
+	require.NoError(t, err)
+	host.WriteString("host secret\n")
+	host.Close()
+	defer os.Remove(host.Name())
+	link := filepath.Join(rootfs, "escape-link")
+	require.NoError(t, os.Symlink(host.Name(), link))
+	defer os.Remove(link)
+
+	for _, p := range []string{
+		"../../../../../../.." + host.Name(),
+		host.Name(),
+		"/escape-link",
+		"/bin/../../../.." + host.Name(),
+	} {
+		got := endo(t, "cat", p)
+		require.NotContains(t, got.stdout, "host secret", p)
+		require.NotEqual(t, 0, got.code, p)
+		require.Contains(t, got.stderr, "No such file or directory", p)
+	}
+}
+
+func TestMemoryOutsideTheGrant(t *testing.T) {
+	// 64 MiB of grant: a tenant that wants 200 MiB is refused (or killed), never served.
+	got := runCmd(t, "", endoBin, "run", "--memory", fmt.Sprint(64<<20), "--rootfs", rootfs, "--", "/bin/hostile", "grab", "200")
+	require.NotContains(t, got.stdout, "GOT")
+	require.NotEqual(t, 0, got.code)
+	// Writing to the stub's read-only pages or to a wild address is a fault.
+	require.Equal(t, 139, endo(t, "/bin/hostile", "write-setup").code)
+	require.Equal(t, 139, endo(t, "/bin/hostile", "wild").code)
+	requireNoStubs(t)
+}
+
+func TestBadInputGetsOneClearLine(t *testing.T) {
+	garbage := filepath.Join(rootfs, "bin", "garbage")
+	require.NoError(t, os.WriteFile(garbage, bytes.Repeat([]byte{0x7f, 'E', 'L', 'F', 0xff}, 40), 0o755))
+	defer os.Remove(garbage)
+	truncated := filepath.Join(rootfs, "bin", "truncated")
+	hello, err := os.ReadFile(filepath.Join(rootfs, "bin", "hello"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(truncated, hello[:4096], 0o755))
+	defer os.Remove(truncated)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--rootfs", rootfs, "--", "/bin/garbage"}, "not a valid ELF"},
+		{[]string{"run", "--rootfs", rootfs, "--", "/bin/truncated"}, "not a valid ELF executable"},
+		{[]string{"run", "--rootfs", rootfs, "--", "/bin/nonexistent"}, "no such file"},
+		{[]string{"run", "--rootfs", rootfs, "--", "nonexistent"}, "not found in $PATH"},
+		{[]string{"run", "--rootfs", "/nonexistent-rootfs", "--", "/bin/echo"}, "rootfs /nonexistent-rootfs"},
+	} {
+		got := runCmd(t, "", endoBin, c.args...)
+		require.NotEqual(t, 0, got.code, c.args)
+		require.Empty(t, got.stdout)
+		require.Equal(t, 1, strings.Count(got.stderr, "\n"), "one line: %q", got.stderr)
+		require.Contains(t, got.stderr, c.want)
+		requireNoStubs(t)
+	}
+}
+
+func TestReportListsUnimplementedCalls(t *testing.T) {
+	got := runCmd(t, "", endoBin, "run", "--report", "--rootfs", rootfs, "--", "/bin/hostile", "unimplemented")
+	require.Equal(t, 0, got.code)
+	require.Contains(t, got.stdout, "errno 38", "ENOSYS reached the tenant")
+	require.Contains(t, got.stderr, "personality: 1")
+}
