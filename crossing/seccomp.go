@@ -34,7 +34,9 @@ func newFilterBuilder() *filterBuilder {
 	return &filterBuilder{jumps: map[int][2]string{}, labels: map[string]int{}}
 }
 
-func (b *filterBuilder) load(off uint32) { b.insns = append(b.insns, bpf.LoadAbsolute{Off: off, Size: 4}) }
+func (b *filterBuilder) load(off uint32) {
+	b.insns = append(b.insns, bpf.LoadAbsolute{Off: off, Size: 4})
+}
 
 func (b *filterBuilder) jump(cond bpf.JumpTest, val uint32, ifTrue, ifFalse string) {
 	b.jumps[len(b.insns)] = [2]string{ifTrue, ifFalse}

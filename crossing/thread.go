@@ -75,7 +75,7 @@ func (t *Thread) Trap() Trap {
 		Signal: sig,
 		Code:   int32(*s.u32(t.base + slotCode)),
 		Addr:   *s.u64(t.base + slotAddr),
-		Write:  *s.u64(t.base+slotErr)&2 != 0,
+		Write:  *s.u64(t.base + slotErr)&2 != 0,
 	}
 	switch sig {
 	case syscall.SIGSYS:
