@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -70,6 +71,7 @@ func run(args []string) int {
 	memory := fs.Int64("memory", defaultMemoryGB<<30, "the sandbox's memory (its grant), in bytes")
 	cpus := fs.Int("cpus", 0, "vCPUs (0: the host's)")
 	cwd := fs.String("cwd", "/", "working directory inside the sandbox")
+	cpuprofile := fs.String("cpuprofile", "", "write the sandbox's CPU profile to this file")
 	verbose := fs.Bool("v", false, "log the sandbox's own messages (crossing timings) to stderr")
 	var env envFlags
 	fs.Var(&env, "env", "environment variable K=V for the program (repeatable)")
@@ -90,6 +92,15 @@ func run(args []string) int {
 	}
 	if len(env) == 0 {
 		env = envFlags{defaultEnvPath}
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "endo: %v\n", err)
+			return exitEndoError
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
 	}
 	logf := func(string, ...any) {}
 	if *verbose {

@@ -33,9 +33,9 @@ type Task struct {
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
 // calls, the stub longer than the kernel's service time; both only on a spare vCPU.
 const (
-	spinMinMicros  = 10
-	spinMaxMicros  = 100
-	stubSpinMicros = 30
+	spinMinMicros  = 50
+	spinMaxMicros  = 200
+	stubSpinMicros = 50
 	spinBackoff    = 64 // round trips without spinning after the window kept missing
 )
 
@@ -76,7 +76,7 @@ func (t *Task) adapt(elapsed uint64) {
 	us := crossing.CyclesPerMicrosecond()
 	if elapsed <= t.spin.window {
 		t.spin.misses = 0
-		t.spin.window = min(max(2*elapsed, spinMinMicros*us), spinMaxMicros*us)
+		t.spin.window = min(max(4*elapsed, spinMinMicros*us), spinMaxMicros*us)
 		return
 	}
 	// The trap came after the carrier had gone to sleep: the spin bought nothing.
