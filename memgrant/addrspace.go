@@ -35,7 +35,7 @@ type MapFlags uint32
 const (
 	MapFixed          MapFlags = 1 << iota // place exactly at addr, replacing what is there
 	MapFixedNoReplace                      // place exactly at addr, EEXIST if anything is there
-	MapShared                              // not supported yet (EINVAL)
+	MapShared                              // shared anonymous memory: frames shared across Fork, never copy-on-write
 	MapGrowsDown                           // a stack; growth is the kernel's job, the flag is kept
 	MapNoReserve                           // accepted and ignored: the grant is the reservation
 
@@ -65,7 +65,8 @@ type vma struct {
 	name       string
 	lazy       bool
 	fill       FillFunc
-	fillOff    uint64
+	fillOff    uint64     // for fill: the source offset of start; for obj: the object offset of start
+	obj        *shmObject // the frames of a shared anonymous mapping
 }
 
 // AddressSpace is one tenant address space: its VMAs, its software page table and the
@@ -76,13 +77,16 @@ type AddressSpace struct {
 	m HostMapper
 	l Layout
 
-	mu       sync.Mutex
-	vmas     []*vma // sorted, disjoint
-	pt       pageTable
-	faults   uint64
-	broken   error   // the first failed Apply; the host state is unknown from then on
-	leaked   []Frame // frames that may still be mapped in a broken stub; freed by Release
-	released bool
+	mu        sync.Mutex
+	vmas      []*vma // sorted, disjoint
+	pt        pageTable
+	faults    uint64
+	cowFaults uint64
+	cowNext   uint64  // the page after the last copy-on-write break, and the window
+	cowWin    int     // that broke it: see breakCow
+	broken    error   // the first failed Apply; the host state is unknown from then on
+	leaked    []Frame // frames that may still be mapped in a broken stub; freed by Release
+	released  bool
 }
 
 // NewAddressSpace returns an empty address space whose host side is m. It panics on a
@@ -189,6 +193,9 @@ func (as *AddressSpace) splitAt(addr uint64) {
 	r := *v
 	r.start = addr
 	r.fillOff += addr - v.start
+	if r.obj != nil {
+		r.obj.hold()
+	}
 	v.end = addr
 	as.vmas = append(as.vmas, nil)
 	copy(as.vmas[i+2:], as.vmas[i+1:])
@@ -214,6 +221,9 @@ func (as *AddressSpace) removeRange(s, e uint64) []Frame {
 	if i == j {
 		return nil
 	}
+	for _, v := range as.vmas[i:j] {
+		as.dropVMA(v)
+	}
 	as.vmas = append(as.vmas[:i], as.vmas[j:]...)
 	return as.pt.clearRange(s, e)
 }
@@ -228,10 +238,12 @@ func (as *AddressSpace) insert(v *vma) int {
 
 // mergeable reports whether b can be folded into a, like Linux merges neighbouring
 // anonymous VMAs with the same rights and flags (copies of file data are never merged:
-// their sources cannot be compared).
+// their sources cannot be compared; pieces of a shared object only where they follow
+// each other in it).
 func mergeable(a, b *vma) bool {
 	return a.end == b.start && a.prot == b.prot && a.flags == b.flags && a.name == b.name &&
-		a.lazy == b.lazy && a.fill == nil && b.fill == nil
+		a.lazy == b.lazy && a.fill == nil && b.fill == nil &&
+		a.obj == b.obj && (a.obj == nil || a.fillOff+(a.end-a.start) == b.fillOff)
 }
 
 // merge folds together the mergeable neighbours among vmas[i-1 : j+1]. as.mu is held.
@@ -241,6 +253,7 @@ func (as *AddressSpace) merge(i, j int) {
 	for _, v := range as.vmas[lo:hi] {
 		if n := len(out); n > lo && mergeable(out[n-1], v) {
 			out[n-1].end = v.end
+			as.dropVMA(v)
 			continue
 		}
 		out = append(out, v)
@@ -256,8 +269,9 @@ func allowed(prot Prot, write bool) bool {
 	return prot != ProtNone
 }
 
-// Map creates an anonymous private mapping (fill == nil: zeroed) or a private copy of
-// data (fill) and returns its address. Without MapFixed/MapFixedNoReplace, addr is a hint.
+// Map creates an anonymous private mapping (fill == nil: zeroed), a private copy of data
+// (fill), or with MapShared a shared anonymous mapping (fill must be nil: file-backed
+// shared mappings are not supported), and returns its address. Without MapFixed/MapFixedNoReplace, addr is a hint.
 // Under MapFixed it replaces what is there, like Linux, but only once the new pages are
 // ready: a failed Map leaves the old mapping intact.
 func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name string, fill func(off uint64, dst []byte) error) (uint64, error) {
@@ -267,8 +281,8 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 	if flags&^mapKnown != 0 {
 		return 0, errf(unix.EINVAL, "map %#x+%#x: unknown flags %#x", addr, length, uint32(flags))
 	}
-	if flags&MapShared != 0 {
-		return 0, errf(unix.EINVAL, "map %#x+%#x: shared mappings are not supported yet", addr, length)
+	if flags&MapShared != 0 && fill != nil {
+		return 0, errf(unix.EINVAL, "map %#x+%#x: file-backed shared mappings are not supported", addr, length)
 	}
 	if length == 0 {
 		return 0, errf(unix.EINVAL, "map %#x: zero length", addr)
@@ -314,7 +328,21 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 	// The new pages first: if that fails, nothing has changed.
 	var ops []HostOp
 	eager := !v.lazy && prot != ProtNone
-	if eager {
+	if flags&MapShared != 0 {
+		v.obj = newShmObject()
+	}
+	if eager && v.obj != nil {
+		// The object's frames first, then the page table's references to them.
+		fs, err := v.obj.get(as.g, rangeIndexes(length))
+		if err != nil {
+			v.obj.drop(as.g)
+			return 0, fmt.Errorf("map %#x+%#x: %w", start, length, err)
+		}
+		as.g.refFrames(fs)
+		for i, f := range fs {
+			ops = appendMap(ops, start+uint64(i)<<pageShift, f, prot)
+		}
+	} else if eager {
 		runs, err := as.g.Alloc(int(length >> pageShift))
 		if err != nil {
 			return 0, fmt.Errorf("map %#x+%#x: %w", start, length, err)
@@ -342,6 +370,15 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 	}
 	as.g.unrefFrames(old)
 	return start, nil
+}
+
+// rangeIndexes returns the page indexes 0..length/PageSize-1.
+func rangeIndexes(length uint64) []uint64 {
+	idx := make([]uint64, length>>pageShift)
+	for i := range idx {
+		idx[i] = uint64(i)
+	}
+	return idx
 }
 
 // rangePages returns the page addresses of [s, e).
@@ -421,6 +458,13 @@ func (as *AddressSpace) populate(v *vma, s, e uint64) ([]HostOp, error) {
 	}
 	if len(vas) == 0 {
 		return nil, nil
+	}
+	if v.obj != nil {
+		ops, err := as.populateShared(v, vas)
+		if err != nil {
+			return nil, fmt.Errorf("populate %#x-%#x: %w", s, e, err)
+		}
+		return ops, nil
 	}
 	runs, err := as.g.Alloc(len(vas))
 	if err != nil {
@@ -562,9 +606,7 @@ func (as *AddressSpace) Protect(addr, length uint64, prot Prot) error {
 	var perr error
 	for _, v := range as.vmas[i:j] {
 		if v.prot != prot {
-			for _, r := range as.pt.presentRuns(v.start, v.end) {
-				ops = append(ops, HostOp{Kind: OpProtect, Addr: r.Start, Length: r.End - r.Start, Prot: prot})
-			}
+			ops = append(ops, as.protectOps(v.start, v.end, prot)...)
 			v.prot = prot
 		}
 		if !v.lazy && prot != ProtNone {
@@ -587,7 +629,8 @@ func (as *AddressSpace) Protect(addr, length uint64, prot Prot) error {
 // HandleFault resolves a tenant fault at addr. It returns true when the tenant may retry
 // (the page is now mapped), false when the fault is real (no VMA, or no right) and the
 // tenant must get SIGSEGV. An error (grant exhausted, host mapper failure) comes with
-// false.
+// false. A write to a copy-on-write page gets its own copy of the frame, or the frame
+// back with the write right when no one else holds it any more (CowFaults counts both).
 func (as *AddressSpace) HandleFault(addr uint64, write bool) (bool, error) {
 	as.mu.Lock()
 	defer as.mu.Unlock()
@@ -600,9 +643,15 @@ func (as *AddressSpace) HandleFault(addr uint64, write bool) (bool, error) {
 		return false, nil
 	}
 	if p := as.pt.get(page); p.present() {
+		if write && p.cow() {
+			if err := as.breakCow(v, page, p); err != nil {
+				return false, fmt.Errorf("fault at %#x: %w", addr, err)
+			}
+			return true, nil
+		}
 		// Another thread got here first, or the host lost the page: map it again,
 		// which is harmless in the first case and repairs the second.
-		op := HostOp{Kind: OpMap, Addr: page, Length: PageSize, Prot: v.prot, Offset: p.frame.Offset()}
+		op := HostOp{Kind: OpMap, Addr: page, Length: PageSize, Prot: hostProt(v.prot, p), Offset: p.frame.Offset()}
 		if err := as.apply([]HostOp{op}); err != nil {
 			return false, fmt.Errorf("fault at %#x: %w", addr, err)
 		}
@@ -643,6 +692,15 @@ func (as *AddressSpace) walk(addr, length uint64, write bool, fn func(f Frame, o
 		if !p.present() {
 			if err := as.faultIn(v, page); err != nil {
 				return fmt.Errorf("access %#x+%#x: %w", addr, length, err)
+			}
+			p = as.pt.get(page)
+		}
+		if write && p.cow() {
+			// The sandbox writes for the tenant: the tenant's own copy, as its write would.
+			// Exactly the pages written: the sandbox knows them, no need to guess.
+			as.cowFaults++
+			if err := as.breakCowRange(v, page, page+PageSize); err != nil {
+				return fmt.Errorf("access %#x+%#x: copy-on-write: %w", addr, length, err)
 			}
 			p = as.pt.get(page)
 		}
@@ -860,6 +918,9 @@ func (as *AddressSpace) Release() {
 	frames := as.pt.clearRange(0, ^uint64(0))
 	frames = append(frames, as.leaked...)
 	as.leaked = nil
+	for _, v := range as.vmas {
+		as.dropVMA(v)
+	}
 	as.vmas = nil
 	as.mu.Unlock()
 	as.g.unrefFrames(frames)

@@ -451,8 +451,8 @@ func TestNonFixedPlacement(t *testing.T) {
 	require.ErrorIs(t, err, unix.ENOMEM)
 	_, err = x.as.Map(0, 0, ProtRead, 0, "empty", nil)
 	require.ErrorIs(t, err, unix.EINVAL)
-	_, err = x.as.Map(0, PageSize, ProtRead, MapShared, "shared", nil)
-	require.ErrorIs(t, err, unix.EINVAL)
+	_, err = x.as.Map(0, PageSize, ProtRead, MapShared, "shared file", pattern)
+	require.ErrorIs(t, err, unix.EINVAL, "file-backed shared mappings are not supported")
 }
 
 func TestReadString(t *testing.T) {

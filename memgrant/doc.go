@@ -25,4 +25,8 @@
 // Frames are given back to the grant only after the Apply that removed them returned
 // nil; if Apply fails the address space refuses further changes (EIO) and keeps the
 // frames until Release, which must come after the stub is gone.
+//
+// Fork shares private pages copy-on-write (the frames' reference counts say who holds
+// them; a write fault copies, or takes back the last reference) and shared anonymous
+// mappings for real, through a shared object that holds their frames by page index.
 package memgrant

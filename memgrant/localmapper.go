@@ -10,8 +10,9 @@ import (
 // reserved itself with a PROT_NONE mapping, and refuses any op outside that region. Tests
 // and benchmarks use it; real tenants are mapped by their stub's control thread.
 type LocalMapper struct {
-	g    *Grant
-	size uint64
+	g     *Grant
+	size  uint64
+	tbase uint64 // the tenant address of the region's first byte
 
 	mu     sync.Mutex
 	region localRegion // the reservation; see localmapper_unsafe.go
@@ -31,11 +32,27 @@ func NewLocalMapper(g *Grant, size uint64) (*LocalMapper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &LocalMapper{g: g, size: size, region: r}, nil
+	return &LocalMapper{g: g, size: size, tbase: r.base(), region: r}, nil
 }
 
-// Base returns the first address of the reserved region.
-func (m *LocalMapper) Base() uint64 { return m.region.base() }
+// NewLocalMapperAt is NewLocalMapper for tenant addresses [tenantBase, tenantBase+size)
+// placed in a reservation of its own wherever the host puts it: so a forked address space
+// can live beside its parent in one process, at the same tenant addresses.
+func NewLocalMapperAt(g *Grant, size, tenantBase uint64) (*LocalMapper, error) {
+	if tenantBase%PageSize != 0 {
+		return nil, errf(unix.EINVAL, "local mapper: misaligned tenant base %#x", tenantBase)
+	}
+	m, err := NewLocalMapper(g, size)
+	if err != nil {
+		return nil, err
+	}
+	m.tbase = tenantBase
+	return m, nil
+}
+
+// Base returns the first tenant address of the region (its host address too, unless it
+// was made by NewLocalMapperAt).
+func (m *LocalMapper) Base() uint64 { return m.tbase }
 
 // Size returns the size of the reserved region.
 func (m *LocalMapper) Size() uint64 { return m.size }
@@ -59,7 +76,7 @@ func (m *LocalMapper) Apply(ops []HostOp) error {
 		if err := m.check(op); err != nil {
 			return err
 		}
-		if err := m.region.apply(m.g, op); err != nil {
+		if err := m.region.apply(m.g, op, op.Addr-m.tbase); err != nil {
 			return errf(errnoOf(err), "local mapper: op %d (%v): %v", i, op, err)
 		}
 		m.ops++
@@ -69,7 +86,7 @@ func (m *LocalMapper) Apply(ops []HostOp) error {
 
 // check refuses an op that leaves the region or the grant file or is malformed.
 func (m *LocalMapper) check(op HostOp) error {
-	base := m.region.base()
+	base := m.tbase
 	if op.Addr%PageSize != 0 || op.Length == 0 || op.Length%PageSize != 0 {
 		return errf(unix.EINVAL, "local mapper: misaligned op %v", op)
 	}

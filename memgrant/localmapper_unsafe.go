@@ -23,11 +23,12 @@ func reserveRegion(size uint64) (localRegion, error) {
 
 func (r localRegion) base() uint64 { return uint64(uintptr(r.p)) }
 
-func (r localRegion) at(addr uint64) unsafe.Pointer { return unsafe.Add(r.p, addr-r.base()) }
+// at returns the host address off bytes into the region.
+func (r localRegion) at(off uint64) unsafe.Pointer { return unsafe.Add(r.p, off) }
 
-// apply performs one op that check has accepted.
-func (r localRegion) apply(g *Grant, op HostOp) error {
-	p := r.at(op.Addr)
+// apply performs one op that check has accepted, at off bytes into the region.
+func (r localRegion) apply(g *Grant, op HostOp, off uint64) error {
+	p := r.at(off)
 	switch op.Kind {
 	case OpMap:
 		_, err := unix.MmapPtr(int(g.File().Fd()), int64(op.Offset), p, uintptr(op.Length), int(op.Prot),
@@ -51,13 +52,22 @@ func (r localRegion) release(size uint64) error {
 	return nil
 }
 
-// Bytes returns this process's view of [addr, addr+n) in the region, for tests and
+// Bytes returns this process's view of tenant addresses [addr, addr+n) in the region, for tests and
 // benchmarks that touch tenant memory the way the tenant would. Touching a page that is
 // not mapped with enough rights kills the process (SIGSEGV); the caller must know.
 func (m *LocalMapper) Bytes(addr, n uint64) ([]byte, error) {
-	base := m.region.base()
+	base := m.tbase
 	if addr < base || addr-base > m.size || n > m.size-(addr-base) {
 		return nil, errf(unix.EFAULT, "local mapper: %#x+%#x outside region", addr, n)
 	}
-	return unsafe.Slice((*byte)(m.region.at(addr)), n), nil
+	return unsafe.Slice((*byte)(m.region.at(addr-base)), n), nil
+}
+
+// HostAddr returns the address in this process that tenant address addr of the region
+// lives at, for tests that look at the host's own view (/proc/self/maps).
+func (m *LocalMapper) HostAddr(addr uint64) (uint64, error) {
+	if addr < m.tbase || addr-m.tbase >= m.size {
+		return 0, errf(unix.EFAULT, "local mapper: %#x outside region", addr)
+	}
+	return uint64(uintptr(m.region.at(addr - m.tbase))), nil
 }

@@ -13,9 +13,26 @@ type pte struct {
 	flags uint32
 }
 
-const ptePresent = 1
+// pte flags.
+const (
+	ptePresent = 1 << iota
+	// pteCow marks a private page whose frame may be shared with another address space
+	// since a Fork: the host maps it without the write right, and a write copies it first.
+	pteCow
+)
 
 func (p pte) present() bool { return p.flags&ptePresent != 0 }
+
+func (p pte) cow() bool { return p.flags&pteCow != 0 }
+
+// hostProt returns the rights the host mapping of page p gets in a VMA with rights prot:
+// a copy-on-write page loses the write right (and keeps read, which write implies on x86).
+func hostProt(prot Prot, p pte) Prot {
+	if p.cow() && prot&ProtWrite != 0 {
+		return prot&^ProtWrite | ProtRead
+	}
+	return prot
+}
 
 // ptChunk holds the entries of one 2 MiB-aligned span of tenant addresses.
 type ptChunk struct {
@@ -42,7 +59,10 @@ func (pt *pageTable) get(va uint64) pte {
 }
 
 // set makes va present with frame f.
-func (pt *pageTable) set(va uint64, f Frame) {
+func (pt *pageTable) set(va uint64, f Frame) { pt.setPTE(va, pte{frame: f, flags: ptePresent}) }
+
+// setPTE makes va present with entry p (whose present flag is forced on).
+func (pt *pageTable) setPTE(va uint64, p pte) {
 	k := va >> chunkShift
 	c := pt.chunks[k]
 	if c == nil {
@@ -54,7 +74,8 @@ func (pt *pageTable) set(va uint64, f Frame) {
 		c.present++
 		pt.pages++
 	}
-	*e = pte{frame: f, flags: ptePresent}
+	p.flags |= ptePresent
+	*e = p
 }
 
 // clear makes va not present and returns what it held.
@@ -111,6 +132,21 @@ func (pt *pageTable) forEachPresent(s, e uint64, fn func(va uint64, p pte)) {
 		lo, hi := max(s, cs), min(e, cs+1<<chunkShift)
 		for va := lo; va < hi; va += PageSize {
 			if p := c.ptes[(va>>pageShift)%chunkPages]; p.present() {
+				fn(va, p)
+			}
+		}
+	}
+}
+
+// forEachPresentPtr is forEachPresent with a pointer to each entry, so fn may change an
+// entry's frame or flags, though not whether it is present.
+func (pt *pageTable) forEachPresentPtr(s, e uint64, fn func(va uint64, p *pte)) {
+	for _, k := range pt.chunkKeys(s, e) {
+		c := pt.chunks[k]
+		cs := k << chunkShift
+		lo, hi := max(s, cs), min(e, cs+1<<chunkShift)
+		for va := lo; va < hi; va += PageSize {
+			if p := &c.ptes[(va>>pageShift)%chunkPages]; p.present() {
 				fn(va, p)
 			}
 		}

@@ -1,0 +1,359 @@
+package memgrant
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fork forks parent into a new address space whose local region sits elsewhere in this
+// process at the same tenant addresses, released and closed at the end of the test.
+func fork(t testing.TB, parent testAS) testAS {
+	t.Helper()
+	lm, err := NewLocalMapperAt(parent.g, parent.lm.Size(), parent.lm.Base())
+	require.NoError(t, err)
+	l := parent.as.Layout()
+	l.Reserved = nil
+	child, err := parent.as.Fork(lm, l)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		child.Release()
+		require.NoError(t, lm.Close())
+	})
+	return testAS{g: parent.g, lm: lm, as: child}
+}
+
+// hostRights returns the rights ("rw-", "r--"...) of the host mapping that holds the
+// tenant page addr of x, as /proc/self/maps shows them.
+func hostRights(t testing.TB, x testAS, addr uint64) string {
+	t.Helper()
+	local, err := x.lm.HostAddr(addr)
+	require.NoError(t, err)
+	f, err := os.Open("/proc/self/maps")
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var lo, hi uint64
+		var perms string
+		if _, err := fmt.Sscanf(sc.Text(), "%x-%x %s", &lo, &hi, &perms); err != nil {
+			continue
+		}
+		if lo <= local && local < hi {
+			return perms[:3]
+		}
+	}
+	require.NoError(t, sc.Err())
+	t.Fatalf("no host mapping holds %#x", local)
+	return ""
+}
+
+func TestForkSharesFramesCopyOnWrite(t *testing.T) {
+	const pages = 64
+	const size = pages * PageSize
+	x := newTestAS(t, 16<<20, 4<<20, Layout{})
+	addr, err := x.as.Map(0, size, ProtRead|ProtWrite, 0, "heap", pattern)
+	require.NoError(t, err)
+	ro, err := x.as.Map(0, 2*PageSize, ProtRead, 0, "text", pattern)
+	require.NoError(t, err)
+	used := x.g.UsedBytes()
+	require.Equal(t, hostRights(t, x, addr), "rw-")
+
+	c := fork(t, x)
+	require.Equal(t, used, x.g.UsedBytes(), "fork shares every frame")
+	require.Equal(t, x.as.VMAs(), c.as.VMAs())
+	f0, ok := x.as.Translate(addr)
+	require.True(t, ok)
+	cf0, ok := c.as.Translate(addr)
+	require.True(t, ok)
+	require.Equal(t, f0, cf0)
+	require.Equal(t, 2, x.g.Refs(f0))
+	require.Equal(t, "r--", hostRights(t, x, addr), "the parent lost the write right")
+	require.Equal(t, "r--", hostRights(t, c, addr))
+
+	// Reads on both sides take no fault: the child was mapped at Fork.
+	pm, cm := x.local(t, addr, size), c.local(t, addr, size)
+	runtime.LockOSThread()
+	before := threadMinflt(t)
+	var bad int
+	for off := uint64(0); off < size; off += PageSize {
+		if pm[off] != patternAt(off) || cm[off] != patternAt(off) || cm[off+PageSize-1] != patternAt(off+PageSize-1) {
+			bad++
+		}
+	}
+	faults := threadMinflt(t) - before
+	runtime.UnlockOSThread()
+	require.Zero(t, bad)
+	require.LessOrEqual(t, faults, int64(faultSlack), "reading %d pages on both sides after fork took %d faults", pages, faults)
+	require.Equal(t, byte(patternAt(PageSize)), c.local(t, ro, PageSize+1)[PageSize])
+
+	// A child write fault: the child gets its own copy, the parent keeps its data.
+	ok, err = c.as.HandleFault(addr+5, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, uint64(1), c.as.CowFaults())
+	require.Zero(t, c.as.Faults(), "a copy-on-write break is not a population")
+	cf0, _ = c.as.Translate(addr)
+	require.NotEqual(t, f0, cf0)
+	require.Equal(t, used+PageSize, x.g.UsedBytes())
+	require.Equal(t, 1, x.g.Refs(f0))
+	require.Equal(t, "rw-", hostRights(t, c, addr))
+	require.Equal(t, patternAt(7), cm[7], "the copy holds the data")
+	cm[5] = 'C'
+	require.Equal(t, patternAt(5), pm[5], "the parent is intact")
+
+	// A read fault on a copy-on-write page changes nothing.
+	ok, err = c.as.HandleFault(addr+PageSize, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "r--", hostRights(t, c, addr+PageSize))
+	require.Equal(t, uint64(1), c.as.CowFaults())
+
+	// The parent's frame has no other holder now: its write takes it back, no copy.
+	ok, err = x.as.HandleFault(addr, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	pf, _ := x.as.Translate(addr)
+	require.Equal(t, f0, pf)
+	require.Equal(t, used+PageSize, x.g.UsedBytes())
+	require.Equal(t, uint64(1), x.as.CowFaults())
+	pm[5] = 'P'
+	require.Equal(t, byte('C'), cm[5])
+
+	// The sandbox writing for the child (read(2) into its buffer) breaks sharing too.
+	require.NoError(t, c.as.CopyOut(addr+2*PageSize, []byte("kid")))
+	require.Equal(t, "kid", string(cm[2*PageSize:2*PageSize+3]))
+	require.Equal(t, patternAt(2*PageSize), pm[2*PageSize])
+	require.Equal(t, used+2*PageSize, x.g.UsedBytes())
+	// Big copies take the same path.
+	big := make([]byte, 8*PageSize)
+	for i := range big {
+		big[i] = 'B'
+	}
+	require.NoError(t, c.as.CopyOut(addr+8*PageSize, big))
+	require.Equal(t, patternAt(8*PageSize), pm[8*PageSize])
+	require.Equal(t, byte('B'), cm[16*PageSize-1])
+	require.Equal(t, used+10*PageSize, x.g.UsedBytes())
+
+	// Protect keeps shared pages read-only on the host even when it gives write back.
+	require.NoError(t, x.as.Protect(addr, size, ProtRead))
+	require.NoError(t, x.as.Protect(addr, size, ProtRead|ProtWrite))
+	require.Equal(t, "rw-", hostRights(t, x, addr), "the parent's own page")
+	require.Equal(t, "r--", hostRights(t, x, addr+3*PageSize), "still shared with the child")
+
+	// Once the child is gone, the parent's writes take the frames back without copying.
+	c.as.Release()
+	require.Equal(t, used, x.g.UsedBytes())
+	f3, _ := x.as.Translate(addr + 3*PageSize)
+	require.Equal(t, 1, x.g.Refs(f3))
+	ok, err = x.as.HandleFault(addr+3*PageSize, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	g3, _ := x.as.Translate(addr + 3*PageSize)
+	require.Equal(t, f3, g3)
+	require.Equal(t, used, x.g.UsedBytes())
+	pm[3*PageSize] = 'Q'
+	require.NoError(t, x.as.Unmap(addr, size))
+	require.NoError(t, x.as.Unmap(ro, 2*PageSize))
+	require.Zero(t, x.g.UsedBytes())
+}
+
+func TestHundredForks(t *testing.T) {
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	addr, err := x.as.Map(0, 2*PageSize, ProtRead|ProtWrite, 0, "data", nil)
+	require.NoError(t, err)
+	require.NoError(t, x.as.CopyOut(addr, []byte("parent")))
+	f0, _ := x.as.Translate(addr)
+	f1, _ := x.as.Translate(addr + PageSize)
+
+	var kids []testAS
+	for i := 0; i < 100; i++ {
+		kids = append(kids, fork(t, x))
+	}
+	require.Equal(t, 101, x.g.Refs(f0))
+	require.Equal(t, 101, x.g.Refs(f1))
+	require.Equal(t, int64(2*PageSize), x.g.UsedBytes())
+	for i, k := range kids {
+		ok, err := k.as.HandleFault(addr, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		mem := k.local(t, addr, PageSize)
+		require.Equal(t, "parent", string(mem[:6]))
+		copy(mem, fmt.Sprintf("kid%03d", i))
+	}
+	require.Equal(t, int64(102*PageSize), x.g.UsedBytes(), "one copy per child")
+	require.Equal(t, 1, x.g.Refs(f0), "every child has its own page")
+	require.Equal(t, 101, x.g.Refs(f1))
+	for i, k := range kids {
+		require.Equal(t, fmt.Sprintf("kid%03d", i), string(k.local(t, addr, 6)))
+		got := make([]byte, 6)
+		require.NoError(t, k.as.CopyIn(got, addr))
+		require.Equal(t, fmt.Sprintf("kid%03d", i), string(got))
+	}
+	require.Equal(t, "parent", string(x.local(t, addr, 6)))
+	for _, k := range kids {
+		k.as.Release()
+	}
+	require.Equal(t, 1, x.g.Refs(f0))
+	require.Equal(t, 1, x.g.Refs(f1))
+	require.Equal(t, int64(2*PageSize), x.g.UsedBytes())
+	require.Zero(t, x.as.CowFaults())
+	ok, err := x.as.HandleFault(addr+PageSize, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	g1, _ := x.as.Translate(addr + PageSize)
+	require.Equal(t, f1, g1, "the last holder takes its frame back")
+	require.Equal(t, int64(2*PageSize), x.g.UsedBytes())
+}
+
+func TestForkOfChildAndGrandchild(t *testing.T) {
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	addr, err := x.as.Map(0, PageSize, ProtRead|ProtWrite, 0, "data", nil)
+	require.NoError(t, err)
+	require.NoError(t, x.as.CopyOut(addr, []byte("A")))
+	c := fork(t, x)
+	gc := fork(t, c)
+	f, _ := x.as.Translate(addr)
+	require.Equal(t, 3, x.g.Refs(f))
+	require.NoError(t, c.as.CopyOut(addr, []byte("B")))
+	require.Equal(t, "A", string(x.local(t, addr, 1)))
+	require.Equal(t, "B", string(c.local(t, addr, 1)))
+	require.Equal(t, "A", string(gc.local(t, addr, 1)))
+	require.Equal(t, "r--", hostRights(t, gc, addr))
+	require.Equal(t, "rw-", hostRights(t, c, addr))
+}
+
+func TestSharedAnonymousAcrossFork(t *testing.T) {
+	x := newTestAS(t, 16<<20, 8<<20, Layout{EagerLimit: 4 * PageSize})
+	sh, err := x.as.Map(0, 4*PageSize, ProtRead|ProtWrite, MapShared, "shm", nil)
+	require.NoError(t, err)
+	lazy, err := x.as.Map(0, 4<<20, ProtRead|ProtWrite, MapShared, "lazy shm", nil)
+	require.NoError(t, err)
+	priv, err := x.as.Map(0, 4*PageSize, ProtRead|ProtWrite, 0, "private", nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(8*PageSize), x.g.UsedBytes())
+	copy(x.local(t, sh, 5), "hello")
+	ok, err := x.as.HandleFault(lazy, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	copy(x.local(t, lazy, 3), "top")
+
+	c := fork(t, x)
+	require.Equal(t, "rw-", hostRights(t, x, sh), "shared pages keep the write right")
+	require.Equal(t, "rw-", hostRights(t, c, sh))
+	require.Equal(t, "r--", hostRights(t, c, priv))
+
+	// A write in the child is seen by the parent, and the other way round.
+	cm := c.local(t, sh, 4*PageSize)
+	require.Equal(t, "hello", string(cm[:5]))
+	copy(cm[3*PageSize:], "child")
+	require.Equal(t, "child", string(x.local(t, sh+3*PageSize, 5)))
+	copy(x.local(t, sh+PageSize, 6), "parent")
+	require.Equal(t, "parent", string(cm[PageSize:PageSize+6]))
+	require.Zero(t, c.as.CowFaults())
+
+	// Lazy pages first touched after the fork are shared as well.
+	require.Equal(t, "top", string(c.local(t, lazy, 3)))
+	used := x.g.UsedBytes()
+	ok, err = c.as.HandleFault(lazy+(3<<20), true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	grown := x.g.UsedBytes()
+	require.Greater(t, grown, used)
+	copy(c.local(t, lazy+(3<<20), 5), "later")
+	ok, err = x.as.HandleFault(lazy+(3<<20), false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, grown, x.g.UsedBytes(), "the parent finds the child's frames")
+	require.Equal(t, "later", string(x.local(t, lazy+(3<<20), 5)))
+	pf, _ := x.as.Translate(lazy + 40*PageSize)
+	cf, _ := c.as.Translate(lazy + 40*PageSize)
+	require.Equal(t, pf, cf)
+	require.NoError(t, c.as.CopyOut(lazy+(3<<20), []byte("sandbox")))
+	require.Equal(t, "sandbox", string(x.local(t, lazy+(3<<20), 7)))
+
+	// Splits and partial unmaps keep the object whole until its last mapping goes.
+	require.NoError(t, x.as.Unmap(sh+PageSize, PageSize))
+	require.NoError(t, x.as.Protect(sh+2*PageSize, PageSize, ProtRead))
+	require.NoError(t, x.as.Protect(sh+2*PageSize, PageSize, ProtRead|ProtWrite))
+	require.Len(t, vmasNamed(x.as, "shm"), 2, "the pieces either side of the hole merged back")
+	copy(cm[2*PageSize:], "again")
+	require.Equal(t, "again", string(x.local(t, sh+2*PageSize, 5)))
+	c.as.Release()
+	require.Equal(t, "child", string(x.local(t, sh+3*PageSize, 5)), "the parent keeps the data")
+	require.NoError(t, x.as.Unmap(sh, 4*PageSize))
+	require.NoError(t, x.as.Unmap(lazy, 4<<20))
+	require.NoError(t, x.as.Unmap(priv, 4*PageSize))
+	require.Zero(t, x.g.UsedBytes(), "the objects gave their frames back")
+}
+
+func vmasNamed(as *AddressSpace, name string) []VMA {
+	var out []VMA
+	for _, v := range as.VMAs() {
+		if strings.HasPrefix(v.Name, name) && len(v.Name) == len(name) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func TestForkRefusesLayoutThatDoesNotFit(t *testing.T) {
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	addr, err := x.as.Map(0, 2*PageSize, ProtRead|ProtWrite, 0, "data", nil)
+	require.NoError(t, err)
+	lm, err := NewLocalMapperAt(x.g, x.lm.Size(), x.lm.Base())
+	require.NoError(t, err)
+	defer lm.Close()
+	l := x.as.Layout()
+	l.Reserved = []Range{{Start: addr, End: addr + PageSize}}
+	_, err = x.as.Fork(lm, l)
+	require.Error(t, err)
+	require.Equal(t, "rw-", hostRights(t, x, addr), "a refused fork changes nothing")
+	require.Equal(t, int64(2*PageSize), x.g.UsedBytes())
+	f, _ := x.as.Translate(addr)
+	require.Equal(t, 1, x.g.Refs(f))
+}
+
+func TestCowFaultsInOrderBreakInBatches(t *testing.T) {
+	const pages = 32
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	addr, err := x.as.Map(0, 2*pages*PageSize, ProtRead|ProtWrite, 0, "heap", pattern)
+	require.NoError(t, err)
+	c := fork(t, x)
+	used := x.g.UsedBytes()
+
+	// A lone write copies one page only.
+	ok, err := c.as.HandleFault(addr+(pages+5)*PageSize, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, used+PageSize, x.g.UsedBytes())
+	require.Equal(t, "r--", hostRights(t, c, addr+(pages+6)*PageSize))
+
+	// Writes in address order are served in growing windows: 1, 2, 4, 8, 16, 16 pages.
+	var calls int
+	cm := c.local(t, addr, pages*PageSize)
+	for i := uint64(0); i < pages; i++ {
+		if hostRights(t, c, addr+i*PageSize) == "r--" {
+			ok, err := c.as.HandleFault(addr+i*PageSize, true)
+			require.NoError(t, err)
+			require.True(t, ok)
+			calls++
+		}
+		cm[i*PageSize] = 'c'
+	}
+	require.Equal(t, 6, calls)
+	require.Equal(t, uint64(7), c.as.CowFaults())
+	// The last window (16 pages from page 31) runs ahead of the writes up to the page
+	// copied alone (37): 31+6 copies, and that one.
+	require.Equal(t, used+38*PageSize, x.g.UsedBytes())
+	pm := x.local(t, addr, pages*PageSize)
+	for i := uint64(0); i < pages; i++ {
+		require.Equal(t, patternAt(i*PageSize), pm[i*PageSize])
+		require.Equal(t, patternAt(i*PageSize+1), cm[i*PageSize+1])
+	}
+}
