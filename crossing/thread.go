@@ -101,7 +101,9 @@ const (
 // when a CPU is free for the spinning side. It returns ErrStubDead if the thread or its process
 // ended meanwhile.
 func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
-	t.post(uint32(flags), stubSpin)
+	if !t.post(uint32(flags), stubSpin) {
+		return ErrStubDead
+	}
 	return t.wait(sandboxSpin)
 }
 
@@ -110,13 +112,18 @@ func (t *Thread) Exit() {
 	t.post(slotFExit, 0)
 }
 
-func (t *Thread) post(flags uint32, stubSpin uint64) {
+// post hands the thread back to the stub. It fails if the thread is no longer stopped at a trap:
+// its process died (the reaper marked it dead), which must not be overwritten.
+func (t *Thread) post(flags uint32, stubSpin uint64) bool {
 	*t.flags = flags
 	*t.spin = stubSpin
-	atomic.StoreUint32(t.state, stateResume)
+	if !atomic.CompareAndSwapUint32(t.state, stateTrapped, stateResume) {
+		return false
+	}
 	if atomic.LoadUint32(t.stubSleeping) != 0 {
 		futexWake(t.state)
 	}
+	return true
 }
 
 // wait spins for up to spin cycles, then sleeps: first keeping the P (a quick trap is likely),
