@@ -27,13 +27,14 @@ type Kernel struct {
 	svc   *crossing.Services
 	auxv  hostAuxv
 
-	mu      sync.Mutex
-	procs   map[int]*Process
-	nextPid int
-	closed  bool
-	timed   bool
-	unimpl  map[uint64]int
-	timings Timings
+	mu         sync.Mutex
+	procs      map[int]*Process
+	containers map[string]*container
+	nextPid    int
+	closed     bool
+	timed      bool
+	unimpl     map[uint64]int
+	timings    Timings
 }
 
 // Timings are the crossing's costs measured when the kernel started its first process.
@@ -67,7 +68,7 @@ func New(cfg Config) (*Kernel, error) {
 	}
 	return &Kernel{
 		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(),
-		procs: map[int]*Process{}, nextPid: 1, unimpl: map[uint64]int{},
+		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1, unimpl: map[uint64]int{},
 	}, nil
 }
 
@@ -125,7 +126,7 @@ func (k *Kernel) Stats(container string) Stats {
 	defer k.mu.Unlock()
 	var s Stats
 	for _, p := range k.procs {
-		if p.container != container {
+		if p.c.id != container {
 			continue
 		}
 		s.Pids++
@@ -135,13 +136,29 @@ func (k *Kernel) Stats(container string) Stats {
 	return s
 }
 
+// SignalContainer sends sig to every live process of a container (Kill with all).
+func (k *Kernel) SignalContainer(container string, sig unix.Signal) error {
+	k.mu.Lock()
+	var targets []*Process
+	for _, p := range k.procs {
+		if p.c.id == container {
+			targets = append(targets, p)
+		}
+	}
+	k.mu.Unlock()
+	for _, p := range targets {
+		p.Signal(sig)
+	}
+	return nil
+}
+
 // Pids lists the sandbox pids of a container's live processes, in order.
 func (k *Kernel) Pids(container string) []int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var pids []int
 	for pid, p := range k.procs {
-		if p.container == container {
+		if p.c.id == container {
 			pids = append(pids, pid)
 		}
 	}
@@ -149,13 +166,14 @@ func (k *Kernel) Pids(container string) []int {
 	return pids
 }
 
-// Spawn starts a tenant process. Everything that can be checked (the rootfs, the program, its
-// ELF headers) is checked before a stub exists, so a bad request leaves nothing behind.
+// Spawn starts a tenant process: the first of its container (its init), or another one in a
+// running container (exec). Everything that can be checked (the rootfs, the program, its ELF
+// headers) is checked before a stub exists, so a bad request leaves nothing behind.
 func (k *Kernel) Spawn(spec ProcessSpec) (*Process, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("no program given")
 	}
-	fs, err := newContainerFS(spec)
+	c, err := k.acquireContainer(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -163,43 +181,107 @@ func (k *Kernel) Spawn(spec ProcessSpec) (*Process, error) {
 	if cwd == "" {
 		cwd = "/"
 	}
-	prog, err := findProgram(fs, cwd, spec.Argv[0], spec.Env)
+	prog, err := findProgram(c.fs, cwd, spec.Argv[0], spec.Env)
 	if err != nil {
-		fs.Close()
+		k.releaseContainer(c)
 		return nil, err
 	}
-	img, err := openImage(fs, cwd, prog)
+	img, err := openImage(c.fs, cwd, prog, spec.Argv)
 	if err != nil {
-		fs.Close()
+		k.releaseContainer(c)
 		return nil, err
 	}
 	defer img.close()
 
-	k.mu.Lock()
-	if k.closed {
-		k.mu.Unlock()
-		fs.Close()
-		return nil, errors.New("kernel is closed")
+	pid, err := k.allocPid()
+	if err != nil {
+		k.releaseContainer(c)
+		return nil, err
 	}
-	pid := k.nextPid
-	k.nextPid++
-	k.mu.Unlock()
-
-	p := newProcess(k, pid, spec.Container, fs, cwd)
+	p := newProcess(k, pid, c, cwd)
 	if err := p.start(img, spec); err != nil {
 		p.discard()
 		return nil, err
 	}
-	k.mu.Lock()
-	k.procs[pid] = p
-	k.mu.Unlock()
+	k.adopt(p, nil)
 	go p.tasks[0].run()
 	return p, nil
 }
 
-// forget drops an exited process from the table.
-func (k *Kernel) forget(p *Process) {
+func (k *Kernel) allocPid() (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return 0, errors.New("kernel is closed")
+	}
+	pid := k.nextPid
+	k.nextPid++
+	return pid, nil
+}
+
+// adopt enters a started process in the table, as a child of parent (nil: of nobody in the
+// sandbox, like a container's init or an exec'd process).
+func (k *Kernel) adopt(p *Process, parent *Process) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.procs[p.pid] = p
+	p.parent = parent
+	if parent != nil {
+		parent.children[p.pid] = p
+	}
+	if p.c.init == nil {
+		p.c.init = p
+	}
+}
+
+// exited takes a finished process out of the table: its children go to the container's init
+// (or, when the init itself is gone, are killed, as in a pid namespace), and it waits as a zombie
+// for its parent, if it has one in the sandbox.
+func (k *Kernel) exited(p *Process) {
 	k.mu.Lock()
 	delete(k.procs, p.pid)
+	init := p.c.init
+	var orphans []*Process
+	for pid, ch := range p.children {
+		delete(p.children, pid)
+		if init != nil && init != p && !init.exited() {
+			ch.parent = init
+			init.children[pid] = ch
+			if ch.zombie {
+				notify(init.childEvent)
+			}
+		} else {
+			ch.parent = nil
+			orphans = append(orphans, ch)
+		}
+	}
+	if p.parent != nil {
+		p.zombie = true
+		notify(p.parent.childEvent)
+	}
+	var others []*Process
+	if init == p {
+		for _, q := range k.procs {
+			if q.c == p.c {
+				others = append(others, q)
+			}
+		}
+	}
+	parent := p.parent
 	k.mu.Unlock()
+	if parent != nil {
+		parent.Signal(unix.SIGCHLD)
+	}
+	for _, q := range append(orphans, others...) {
+		if !q.zombie {
+			q.Signal(unix.SIGKILL)
+		}
+	}
+}
+
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }

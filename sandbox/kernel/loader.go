@@ -32,6 +32,7 @@ type image struct {
 	elf    *elf.File
 	phoff  uint64 // file offset of the program headers (debug/elf does not keep it)
 	interp *image
+	argv   []string // the arguments the program gets (scripts add their interpreter's)
 }
 
 func (img *image) close() {
@@ -93,15 +94,46 @@ func findProgram(fs *vfs.FS, cwd, name string, env []string) (string, error) {
 }
 
 // openImage opens and checks an executable (and its ELF interpreter) before anything is mapped.
-func openImage(fs *vfs.FS, cwd, p string) (*image, error) {
-	return openImageDepth(fs, cwd, p, 0)
+// A script ("#!") is run by its interpreter, with argv as execve(2) builds it.
+func openImage(fs *vfs.FS, cwd, p string, argv []string) (*image, error) {
+	for scripts := 0; ; scripts++ {
+		f, err := fs.Open(cwd, p, unix.O_RDONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		var head [256]byte
+		n, _ := f.Pread(head[:], 0)
+		if n < 2 || head[0] != '#' || head[1] != '!' {
+			img, err := openELF(fs, cwd, f, p, 0)
+			if err != nil {
+				return nil, err
+			}
+			img.argv = argv
+			return img, nil
+		}
+		f.DecRef()
+		if scripts >= 4 {
+			return nil, fmt.Errorf("%s: too many levels of interpreters: %w", p, unix.ELOOP)
+		}
+		line, _, _ := strings.Cut(string(head[2:n]), "\n")
+		interp, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if interp == "" {
+			return nil, fmt.Errorf("%s: empty #! line: %w", p, unix.ENOEXEC)
+		}
+		next := []string{interp}
+		if arg = strings.TrimSpace(arg); arg != "" {
+			next = append(next, arg)
+		}
+		next = append(next, p)
+		if len(argv) > 1 {
+			next = append(next, argv[1:]...)
+		}
+		p, argv = interp, next
+	}
 }
 
-func openImageDepth(fs *vfs.FS, cwd, p string, depth int) (*image, error) {
-	f, err := fs.Open(cwd, p, unix.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
+// openELF checks an open ELF file (and opens its interpreter); it takes over f's reference.
+func openELF(fs *vfs.FS, cwd string, f *vfs.File, p string, depth int) (*image, error) {
 	img := &image{path: p, file: f}
 	fail := func(err error) (*image, error) {
 		img.close()
@@ -142,7 +174,11 @@ func openImageDepth(fs *vfs.FS, cwd, p string, depth int) (*image, error) {
 			return fail(fmt.Errorf("%s: read PT_INTERP: %w", p, unix.ENOEXEC))
 		}
 		name := strings.TrimRight(string(buf), "\x00")
-		if img.interp, err = openImageDepth(fs, cwd, name, depth+1); err != nil {
+		inf, err := fs.Open(cwd, name, unix.O_RDONLY, 0)
+		if err != nil {
+			return fail(fmt.Errorf("%s: interpreter %s: %w", p, name, err))
+		}
+		if img.interp, err = openELF(fs, cwd, inf, name, depth+1); err != nil {
 			return fail(fmt.Errorf("%s: interpreter: %w", p, err))
 		}
 	}

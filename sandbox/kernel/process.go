@@ -16,11 +16,21 @@ import (
 // Process is one tenant process: an address space in a stub, a descriptor table, a file system
 // view, and its tasks (threads).
 type Process struct {
-	k         *Kernel
-	pid       int
-	container string
-	fs        *vfs.FS
-	fds       *vfs.FDTable
+	k   *Kernel
+	pid int
+	c   *container
+	fs  *vfs.FS // c.fs
+	fds *vfs.FDTable
+
+	// The process tree, guarded by k.mu.
+	parent   *Process
+	children map[int]*Process
+	pgid     int
+	zombie   bool // exited, not yet reaped by its parent
+	// childEvent is poked when a child exits, for wait4.
+	childEvent chan struct{}
+	// vforkDone is closed when a vfork child execs or exits.
+	vforkDone chan struct{}
 
 	stub *crossing.Stub
 	as   *memgrant.AddressSpace
@@ -31,6 +41,7 @@ type Process struct {
 	brkStart uint64
 	brk      uint64
 	sigacts  [65]sigaction
+	pending  uint64 // process-directed signals not yet delivered (bit sig-1)
 	rlimits  map[int]unix.Rlimit
 	tasks    []*Task
 
@@ -45,9 +56,10 @@ type sigaction struct {
 	handler, flags, restorer, mask uint64
 }
 
-func newProcess(k *Kernel, pid int, container string, fs *vfs.FS, cwd string) *Process {
+func newProcess(k *Kernel, pid int, c *container, cwd string) *Process {
 	return &Process{
-		k: k, pid: pid, container: container, fs: fs, fds: vfs.NewFDTable(), cwd: cwd,
+		k: k, pid: pid, c: c, fs: c.fs, fds: vfs.NewFDTable(), cwd: cwd, pgid: pid,
+		children: map[int]*Process{}, childEvent: make(chan struct{}, 1),
 		umask: 0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
 	}
 }
@@ -62,18 +74,12 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 		return fmt.Errorf("start sandbox stub: %w", err)
 	}
 	p.stub = stub
-	reserved := make([]memgrant.Range, 0, len(stub.Reserved()))
-	for _, r := range stub.Reserved() {
-		reserved = append(reserved, memgrant.Range{Start: r.Start, End: r.End})
-	}
-	p.as = p.k.grant.NewAddressSpace(stub, memgrant.Layout{
-		Min: minAddr, Max: crossing.TenantMax, MmapTop: crossing.TenantMax, Reserved: reserved,
-	})
-	t := &Task{p: p, tid: p.pid, th: th}
+	p.as = p.k.grant.NewAddressSpace(stub, layoutFor(stub))
+	t := &Task{p: p, tid: p.pid, th: th, interrupt: make(chan struct{}, 1)}
 	p.tasks = []*Task{t}
 	p.k.timeCrossing(th)
 
-	regs, err := p.load(img, spec.Argv, spec.Env)
+	regs, err := p.load(img, img.argv, spec.Env)
 	if err != nil {
 		return err
 	}
@@ -109,6 +115,16 @@ func (p *Process) installStdio(spec ProcessSpec) error {
 	return nil
 }
 
+// layoutFor is the tenant part of a stub's address space: everything below TenantMax that the
+// stub does not hold itself.
+func layoutFor(stub *crossing.Stub) memgrant.Layout {
+	reserved := make([]memgrant.Range, 0, len(stub.Reserved()))
+	for _, r := range stub.Reserved() {
+		reserved = append(reserved, memgrant.Range{Start: r.Start, End: r.End})
+	}
+	return memgrant.Layout{Min: minAddr, Max: crossing.TenantMax, MmapTop: crossing.TenantMax, Reserved: reserved}
+}
+
 // discard frees a process that never ran.
 func (p *Process) discard() {
 	if p.stub != nil {
@@ -118,7 +134,7 @@ func (p *Process) discard() {
 		p.as.Release()
 	}
 	p.fds.CloseAll()
-	p.fs.Close()
+	p.k.releaseContainer(p.c)
 }
 
 // Pid is the process's pid inside the sandbox.
@@ -132,38 +148,6 @@ func (p *Process) Wait() ExitStatus {
 
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
-
-// Signal sends a signal to the process from outside (the shim, a terminal). Until signal
-// delivery to handlers exists, a signal the tenant did not ignore and whose default action
-// terminates ends the process.
-func (p *Process) Signal(sig unix.Signal) error {
-	if sig <= 0 || int(sig) >= len(p.sigacts) {
-		return fmt.Errorf("signal %d: %w", int(sig), unix.EINVAL)
-	}
-	select {
-	case <-p.done:
-		return fmt.Errorf("process %d: %w", p.pid, unix.ESRCH)
-	default:
-	}
-	p.mu.Lock()
-	act := p.sigacts[sig]
-	p.mu.Unlock()
-	if sig != unix.SIGKILL && (act.handler == sigIgn || defaultIgnored(sig)) {
-		return nil
-	}
-	p.terminate(ExitStatus{Signal: sig})
-	return nil
-}
-
-const sigIgn = 1
-
-func defaultIgnored(sig unix.Signal) bool {
-	switch sig {
-	case unix.SIGCHLD, unix.SIGURG, unix.SIGWINCH, unix.SIGCONT:
-		return true
-	}
-	return false
-}
 
 // terminate records how the process ended (the first cause wins) and kills its stub; the task
 // loops see the stub gone and finish the exit.
@@ -197,8 +181,11 @@ func (p *Process) finish(fallback ExitStatus) {
 		p.stub.Release()
 		p.as.Release()
 		p.fds.CloseAll()
-		p.fs.Close()
-		p.k.forget(p)
+		p.k.exited(p)
+		p.k.releaseContainer(p.c)
+		if p.vforkDone != nil {
+			p.releaseVfork()
+		}
 		close(p.done)
 	})
 }

@@ -560,17 +560,17 @@ func sysIoctl(t *Task, a sysargs) (uint64, error) {
 			if err != nil {
 				return 0, err
 			}
-			b := unsafe.Slice((*byte)(unsafe.Pointer(tio)), unsafe.Sizeof(*tio))
+			b := unsafe.Slice((*byte)(unsafe.Pointer(tio)), kernelTermiosSize)
 			return 0, t.p.k.svc.CopyOut(t.p.as, a[2], b)
 		}
-		if _, err := unix.IoctlGetTermios(fd, unix.TCGETS); err != nil {
+		tio, err := unix.IoctlGetTermios(fd, unix.TCGETS) // keeps the speeds the kernel's struct lacks
+		if err != nil {
 			return 0, err
 		}
-		var tio unix.Termios
-		if err := t.p.k.svc.CopyIn(t.p.as, unsafe.Slice((*byte)(unsafe.Pointer(&tio)), unsafe.Sizeof(tio)), a[2]); err != nil {
+		if err := t.p.k.svc.CopyIn(t.p.as, unsafe.Slice((*byte)(unsafe.Pointer(tio)), kernelTermiosSize), a[2]); err != nil {
 			return 0, err
 		}
-		return 0, unix.IoctlSetTermios(fd, req, &tio)
+		return 0, unix.IoctlSetTermios(fd, req, tio)
 	case unix.TIOCGWINSZ:
 		if fd < 0 {
 			return 0, unix.ENOTTY
@@ -632,6 +632,10 @@ func (t *Task) pathAt(dirfd, addr uint64) (string, string, error) {
 	base, err := t.base(dirfd, p)
 	return base, p, err
 }
+
+// kernelTermiosSize is the size of the kernel's struct termios (c_cc[19], no speeds), which
+// TCGETS and TCSETS copy; unix.Termios is glibc's larger one.
+const kernelTermiosSize = 36
 
 const (
 	fionbio  = 0x5421

@@ -34,9 +34,6 @@ func sysExitGroup(t *Task, a sysargs) (uint64, error) {
 func sysGetpid(t *Task, a sysargs) (uint64, error) { return uint64(t.p.pid), nil }
 func sysGettid(t *Task, a sysargs) (uint64, error) { return uint64(t.tid), nil }
 
-// The first process of a container is its init: its parent is outside the pid namespace.
-func sysGetppid(t *Task, a sysargs) (uint64, error) { return 0, nil }
-
 const (
 	archSetGS = 0x1001
 	archSetFS = 0x1002
@@ -265,16 +262,24 @@ func (t *Task) readTimespec(addr uint64) (time.Duration, error) {
 	return time.Duration(ts.Sec)*time.Second + time.Duration(ts.Nsec), nil
 }
 
-// sleep waits without a vCPU; the process being killed cuts it short.
-func (t *Task) sleep(d time.Duration) {
+// sleep waits without a vCPU; a signal or the process being killed cuts it short (EINTR).
+func (t *Task) sleep(d time.Duration) error {
+	cut := false
 	t.blocking(func() {
 		tm := time.NewTimer(d)
 		defer tm.Stop()
 		select {
 		case <-tm.C:
+		case <-t.interrupt:
+			cut = true
 		case <-t.p.stub.Exited():
+			cut = true
 		}
 	})
+	if cut {
+		return unix.EINTR
+	}
+	return nil
 }
 
 func sysNanosleep(t *Task, a sysargs) (uint64, error) {
@@ -282,8 +287,7 @@ func sysNanosleep(t *Task, a sysargs) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	t.sleep(d)
-	return 0, nil
+	return 0, t.sleep(d)
 }
 
 func sysClockNanosleep(t *Task, a sysargs) (uint64, error) {
@@ -299,7 +303,7 @@ func sysClockNanosleep(t *Task, a sysargs) (uint64, error) {
 		d -= time.Duration(now.Nano())
 	}
 	if d > 0 {
-		t.sleep(d)
+		return 0, t.sleep(d)
 	}
 	return 0, nil
 }
@@ -328,14 +332,6 @@ func (t *Task) signalSelf(sig uint64) (uint64, error) {
 		return 0, nil
 	}
 	return 0, t.p.Signal(unix.Signal(sig))
-}
-
-func sysKill(t *Task, a sysargs) (uint64, error) {
-	pid := int64(int32(a[0]))
-	if pid == 0 || pid == int64(t.p.pid) || pid == -int64(t.p.pid) {
-		return t.signalSelf(a[1])
-	}
-	return 0, unix.ESRCH
 }
 
 func sysTgkill(t *Task, a sysargs) (uint64, error) {

@@ -41,8 +41,15 @@ func init() {
 		unix.SYS_EXIT: sysExit, unix.SYS_EXIT_GROUP: sysExitGroup, unix.SYS_GETPID: sysGetpid,
 		unix.SYS_GETTID: sysGettid, unix.SYS_GETPPID: sysGetppid, unix.SYS_GETUID: sysZero,
 		unix.SYS_GETEUID: sysZero, unix.SYS_GETGID: sysZero, unix.SYS_GETEGID: sysZero,
-		unix.SYS_GETPGRP: sysGetpid, unix.SYS_GETPGID: sysGetpid, unix.SYS_GETSID: sysGetpid,
-		unix.SYS_ARCH_PRCTL: sysArchPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
+		unix.SYS_GETPGRP: sysGetpgrp, unix.SYS_GETPGID: sysGetpgid, unix.SYS_GETSID: sysGetpgid,
+		unix.SYS_SETPGID: sysSetpgid, unix.SYS_SETSID: sysSetsid,
+		unix.SYS_FORK: sysFork, unix.SYS_VFORK: sysVfork, unix.SYS_CLONE: sysClone,
+		unix.SYS_EXECVE: sysExecve, unix.SYS_EXECVEAT: sysExecveat, unix.SYS_WAIT4: sysWait4,
+		unix.SYS_PIPE: sysPipe, unix.SYS_PIPE2: sysPipe2,
+		unix.SYS_RT_SIGRETURN: sysRtSigreturn, unix.SYS_SIGALTSTACK: sysSigaltstack,
+		unix.SYS_RT_SIGPENDING: sysRtSigpending, unix.SYS_PAUSE: sysPause,
+		unix.SYS_RT_SIGSUSPEND: sysRtSigsuspend,
+		unix.SYS_ARCH_PRCTL:    sysArchPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
 		unix.SYS_SET_ROBUST_LIST: sysZero, unix.SYS_UNAME: sysUname,
 		unix.SYS_RT_SIGACTION: sysRtSigaction, unix.SYS_RT_SIGPROCMASK: sysRtSigprocmask,
 		unix.SYS_GETRANDOM: sysGetrandom, unix.SYS_PRLIMIT64: sysPrlimit,
@@ -78,6 +85,8 @@ func (t *Task) syscall() {
 	}
 	r.Rax = v
 }
+
+func asErrno(err error, e *unix.Errno) bool { return errors.As(err, e) }
 
 func negErrno(e unix.Errno) uint64 { return uint64(-int64(e)) }
 

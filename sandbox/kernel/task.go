@@ -25,7 +25,11 @@ type Task struct {
 	fsBase      uint64
 	clearTID    uint64
 	sigmask     uint64
-	stop        bool // the task has exited
+	savedMask   *uint64 // the mask to restore after a handler that interrupted sigsuspend
+	altstack    altstack
+	interrupt   chan struct{} // poked when a signal arrives while the task blocks in the kernel
+	interrupted bool          // the last system call was cut short by a signal (EINTR)
+	stop        bool          // the task has exited
 
 	spin spinState
 }
@@ -119,6 +123,9 @@ func (t *Task) run() {
 		case crossing.TrapPreempt:
 			t.yield()
 		}
+		if !t.stop {
+			t.deliverSignals()
+		}
 	}
 	if t.spare != nil {
 		sched.Release(t.spare)
@@ -141,8 +148,8 @@ func (t *Task) stubEnded(err error) ExitStatus {
 	return ExitStatus{Signal: unix.SIGKILL}
 }
 
-// fault serves a fault: memory the grant populates lazily, else the signal kills the process
-// (signal handlers come with the next version of the kernel).
+// fault serves a fault: memory the grant populates lazily (or copies on write); else the tenant's
+// handler for the signal runs, or the signal kills the process.
 func (t *Task) fault(tr crossing.Trap) {
 	if tr.Signal == syscall.SIGSEGV || tr.Signal == syscall.SIGBUS {
 		ok, err := t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
@@ -155,7 +162,7 @@ func (t *Task) fault(tr crossing.Trap) {
 			return
 		}
 	}
-	t.exitGroup(ExitStatus{Signal: unix.Signal(tr.Signal)})
+	t.forceSignal(unix.Signal(tr.Signal), sigInfo{code: tr.Code, addr: tr.Addr})
 }
 
 // yield gives the vCPU to a waiting task, if any.
@@ -167,7 +174,8 @@ func (t *Task) yield() {
 	}
 }
 
-// blocking runs fn (which may block in the host) without holding the vCPU.
+// blocking runs fn (which may block in the host) without holding the vCPU. fn should also
+// return when t.interrupt is poked (a signal came).
 func (t *Task) blocking(fn func()) {
 	sched := t.p.k.sched
 	if t.spare != nil {

@@ -1,0 +1,363 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Signals: process-directed ones wait in Process.pending, and every task checks for deliverable
+// signals before it resumes tenant code. A handler runs on a frame the kernel builds on the
+// tenant's stack, laid out as Linux lays out rt_sigframe, and returns through rt_sigreturn.
+// The tenant's FPU state is not saved in the frame yet: handlers that interrupt code at a trap
+// point see and leave the FPU registers as they are.
+
+const (
+	sigDfl = 0
+	sigIgn = 1
+
+	saSiginfo   = 0x4
+	saOnstack   = 0x08000000
+	saRestart   = 0x10000000
+	saNodefer   = 0x40000000
+	saResethand = 0x80000000
+	saRestorer  = 0x04000000
+
+	ssOnstack = 1
+	ssDisable = 2
+
+	ucontextSize = 304 // uc_flags, uc_link, uc_stack, uc_mcontext (256), uc_sigmask
+	siginfoSize  = 128
+	redZone      = 128
+)
+
+type altstack struct {
+	sp, size uint64
+	flags    uint32
+}
+
+type sigInfo struct {
+	code int32
+	addr uint64 // fault address
+	pid  int    // sender
+}
+
+func sigbit(sig unix.Signal) uint64 { return 1 << (uint(sig) - 1) }
+
+const unblockable = 1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1)
+
+func defaultIgnored(sig unix.Signal) bool {
+	switch sig {
+	case unix.SIGCHLD, unix.SIGURG, unix.SIGWINCH, unix.SIGCONT:
+		return true
+	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+		return true // no job control yet: stopping is not supported, the signal is dropped
+	}
+	return false
+}
+
+// Signal sends a signal to the process (from the shim, a terminal, or another tenant process).
+func (p *Process) Signal(sig unix.Signal) error {
+	if sig <= 0 || int(sig) >= len(p.sigacts) {
+		return fmt.Errorf("signal %d: %w", int(sig), unix.EINVAL)
+	}
+	if p.exited() {
+		return fmt.Errorf("process %d: %w", p.pid, unix.ESRCH)
+	}
+	if sig == unix.SIGKILL {
+		p.terminate(ExitStatus{Signal: sig})
+		return nil
+	}
+	p.mu.Lock()
+	act := p.sigacts[sig]
+	if act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig) {
+		p.mu.Unlock()
+		return nil
+	}
+	t := p.tasks[0]
+	blocked := t.sigmask&sigbit(sig) != 0
+	if act.handler == sigDfl && !blocked {
+		p.mu.Unlock()
+		p.terminate(ExitStatus{Signal: sig})
+		return nil
+	}
+	p.pending |= sigbit(sig)
+	p.mu.Unlock()
+	if !blocked {
+		t.kick()
+	}
+	return nil
+}
+
+// kick makes the task notice a signal: out of tenant code through the preemption signal, out of
+// a blocking kernel wait through its interrupt channel.
+func (t *Task) kick() {
+	notify(t.interrupt)
+	unix.Tgkill(t.p.stub.Pid(), t.p.stub.Pid(), sigPreemptHost)
+}
+
+// sigPreemptHost is the host signal that makes a stub thread trap (crossing's SIG_PREEMPT).
+const sigPreemptHost = unix.SIGUSR2
+
+// forceSignal delivers a synchronous signal (a fault): to the handler if there is one and the
+// signal is not blocked, else it kills the process.
+func (t *Task) forceSignal(sig unix.Signal, info sigInfo) {
+	p := t.p
+	p.mu.Lock()
+	act := p.sigacts[sig]
+	p.mu.Unlock()
+	if act.handler <= sigIgn || t.sigmask&sigbit(sig) != 0 {
+		t.exitGroup(ExitStatus{Signal: sig})
+		return
+	}
+	if err := t.setupFrame(sig, act, info); err != nil {
+		t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
+	}
+}
+
+// deliverSignals runs before the task resumes: the first deliverable signal gets its default
+// action or a handler frame; a system call cut short by a signal whose handler allows it, or by
+// one that needed no handler, is restarted.
+func (t *Task) deliverSignals() {
+	p := t.p
+	handled := false
+	for !t.stop {
+		p.mu.Lock()
+		pend := p.pending &^ (t.sigmask &^ unblockable)
+		if pend == 0 {
+			p.mu.Unlock()
+			break
+		}
+		sig := unix.Signal(1)
+		for pend&1 == 0 {
+			pend >>= 1
+			sig++
+		}
+		p.pending &^= sigbit(sig)
+		act := p.sigacts[sig]
+		if act.handler > sigIgn && act.flags&saResethand != 0 {
+			p.sigacts[sig] = sigaction{}
+		}
+		p.mu.Unlock()
+		switch {
+		case act.handler == sigIgn:
+			continue
+		case act.handler == sigDfl:
+			if defaultIgnored(sig) {
+				continue
+			}
+			t.exitGroup(ExitStatus{Signal: sig})
+			return
+		}
+		if t.interrupted && act.flags&saRestart != 0 {
+			t.restartSyscall()
+		}
+		if err := t.setupFrame(sig, act, sigInfo{code: 0}); err != nil {
+			p.k.cfg.Log("pid %d: signal %d: %v", p.pid, sig, err)
+			t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
+			return
+		}
+		handled = true
+		break
+	}
+	if t.interrupted && !handled {
+		t.restartSyscall()
+	}
+	t.interrupted = false
+}
+
+// restartSyscall makes the tenant issue its interrupted system call again.
+func (t *Task) restartSyscall() {
+	r := t.th.Regs
+	r.Rip -= 2 // back onto the syscall instruction
+	r.Rax = r.Orig_rax
+	t.interrupted = false
+}
+
+// setupFrame builds an rt_sigframe on the tenant's stack (or its alternate stack) and points
+// the registers at the handler.
+func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
+	if act.flags&saRestorer == 0 {
+		return fmt.Errorf("handler for signal %d has no restorer: %w", sig, unix.EFAULT)
+	}
+	r := t.th.Regs
+	sp := r.Rsp
+	onAlt := t.altstack.flags&ssDisable == 0 && t.altstack.size != 0 &&
+		sp > t.altstack.sp && sp <= t.altstack.sp+t.altstack.size
+	if act.flags&saOnstack != 0 && t.altstack.flags&ssDisable == 0 && t.altstack.size != 0 && !onAlt {
+		sp = t.altstack.sp + t.altstack.size
+	} else {
+		sp -= redZone
+	}
+	size := uint64(8 + ucontextSize + siginfoSize)
+	sp = ((sp - size) &^ 15) - 8 // as if the handler had been called: rsp+8 is 16-aligned
+	uc := sp + 8
+	si := uc + ucontextSize
+
+	f := make([]byte, size)
+	le := binary.LittleEndian
+	le.PutUint64(f[0:], act.restorer)
+	u := f[8:]
+	// uc_flags, uc_link: 0. uc_stack:
+	le.PutUint64(u[16:], t.altstack.sp)
+	le.PutUint32(u[24:], t.altstack.flags)
+	le.PutUint64(u[32:], t.altstack.size)
+	mc := u[40:]
+	for i, v := range []uint64{r.R8, r.R9, r.R10, r.R11, r.R12, r.R13, r.R14, r.R15, r.Rdi, r.Rsi,
+		r.Rbp, r.Rbx, r.Rdx, r.Rax, r.Rcx, r.Rsp, r.Rip, r.Eflags} {
+		le.PutUint64(mc[8*i:], v)
+	}
+	le.PutUint16(mc[144:], 0x33)        // cs
+	le.PutUint16(mc[150:], 0x2b)        // ss
+	le.PutUint64(mc[176:], uint64(sig)) // oldmask slot: not used by glibc
+	mask := t.sigmask
+	if t.savedMask != nil {
+		mask = *t.savedMask
+		t.savedMask = nil
+	}
+	le.PutUint64(u[296:], mask)
+	inf := f[8+ucontextSize:]
+	le.PutUint32(inf[0:], uint32(sig))
+	le.PutUint32(inf[8:], uint32(info.code))
+	if info.addr != 0 {
+		le.PutUint64(inf[16:], info.addr)
+	} else {
+		le.PutUint32(inf[16:], uint32(info.pid))
+	}
+	if err := t.p.k.svc.CopyOut(t.p.as, sp, f); err != nil {
+		return err
+	}
+	r.Rsp = sp
+	r.Rip = act.handler
+	r.Rdi = uint64(sig)
+	r.Rsi = si
+	r.Rdx = uc
+	r.Rax = 0
+	r.Eflags &^= 0x400 | 0x100 // DF, TF
+	t.sigmask |= act.mask
+	if act.flags&saNodefer == 0 {
+		t.sigmask |= sigbit(sig)
+	}
+	t.sigmask &^= unblockable
+	return nil
+}
+
+// rt_sigreturn restores what setupFrame saved; the frame's ucontext is at rsp (the handler's
+// return popped the restorer's address).
+func sysRtSigreturn(t *Task, a sysargs) (uint64, error) {
+	r := t.th.Regs
+	u := make([]byte, ucontextSize)
+	if err := t.p.k.svc.CopyIn(t.p.as, u, r.Rsp); err != nil {
+		t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
+		return 0, nil
+	}
+	le := binary.LittleEndian
+	mc := u[40:]
+	g := func(i int) uint64 { return le.Uint64(mc[8*i:]) }
+	r.R8, r.R9, r.R10, r.R11, r.R12, r.R13, r.R14, r.R15 = g(0), g(1), g(2), g(3), g(4), g(5), g(6), g(7)
+	r.Rdi, r.Rsi, r.Rbp, r.Rbx, r.Rdx, r.Rax, r.Rcx, r.Rsp, r.Rip = g(8), g(9), g(10), g(11), g(12), g(13), g(14), g(15), g(16)
+	const userFlags = 0x50dd5 // the flags a tenant may set: CF PF AF ZF SF TF DF OF AC
+	r.Eflags = r.Eflags&^userFlags | g(17)&userFlags
+	t.sigmask = le.Uint64(u[296:]) &^ unblockable
+	// A signal that came while the handler ran may be deliverable now.
+	return r.Rax, nil
+}
+
+func sysSigaltstack(t *Task, a sysargs) (uint64, error) {
+	le := binary.LittleEndian
+	if a[1] != 0 {
+		b := make([]byte, 24)
+		le.PutUint64(b[0:], t.altstack.sp)
+		flags := t.altstack.flags
+		if t.altstack.size == 0 {
+			flags = ssDisable
+		} else if sp := t.th.Regs.Rsp; sp > t.altstack.sp && sp <= t.altstack.sp+t.altstack.size {
+			flags |= ssOnstack
+		}
+		le.PutUint32(b[8:], flags)
+		le.PutUint64(b[16:], t.altstack.size)
+		if err := t.p.k.svc.CopyOut(t.p.as, a[1], b); err != nil {
+			return 0, err
+		}
+	}
+	if a[0] != 0 {
+		b := make([]byte, 24)
+		if err := t.p.k.svc.CopyIn(t.p.as, b, a[0]); err != nil {
+			return 0, err
+		}
+		flags := le.Uint32(b[8:])
+		if flags&^(ssDisable|1<<31) != 0 {
+			return 0, unix.EINVAL
+		}
+		if flags&ssDisable != 0 {
+			t.altstack = altstack{flags: ssDisable}
+			return 0, nil
+		}
+		size := le.Uint64(b[16:])
+		if size < 2048 {
+			return 0, unix.ENOMEM
+		}
+		t.altstack = altstack{sp: le.Uint64(b[0:]), size: size}
+	}
+	return 0, nil
+}
+
+func sysRtSigpending(t *Task, a sysargs) (uint64, error) {
+	t.p.mu.Lock()
+	pend := t.p.pending & t.sigmask
+	t.p.mu.Unlock()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], pend)
+	return 0, t.p.k.svc.CopyOut(t.p.as, a[0], b[:a[1]&15])
+}
+
+// waitSignal blocks until a signal the task does not block is pending.
+func (t *Task) waitSignal() {
+	for {
+		t.p.mu.Lock()
+		ready := t.p.pending&^t.sigmask != 0
+		t.p.mu.Unlock()
+		if ready {
+			return
+		}
+		dying := false
+		t.blocking(func() {
+			select {
+			case <-t.interrupt:
+			case <-t.p.stub.Exited():
+				dying = true
+			}
+		})
+		if dying {
+			return
+		}
+	}
+}
+
+func sysPause(t *Task, a sysargs) (uint64, error) {
+	t.waitSignal()
+	return 0, unix.EINTR
+}
+
+func sysRtSigsuspend(t *Task, a sysargs) (uint64, error) {
+	if a[1] != 8 {
+		return 0, unix.EINVAL
+	}
+	var b [8]byte
+	if err := t.p.k.svc.CopyIn(t.p.as, b[:], a[0]); err != nil {
+		return 0, err
+	}
+	old := t.sigmask
+	t.sigmask = binary.LittleEndian.Uint64(b[:]) &^ unblockable
+	t.waitSignal()
+	// The handler's frame carries the old mask; sigreturn puts it back.
+	t.savedMask = &old
+	t.p.mu.Lock()
+	none := t.p.pending&^t.sigmask == 0
+	t.p.mu.Unlock()
+	if none {
+		t.sigmask, t.savedMask = old, nil
+	}
+	return 0, unix.EINTR
+}
