@@ -60,7 +60,8 @@ func makeRootfs(root string) error {
 	if err := os.WriteFile(filepath.Join(bin, "busybox"), bb, 0o755); err != nil {
 		return err
 	}
-	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty"} {
+	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty",
+		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed"} {
 		if err := os.Symlink("busybox", filepath.Join(bin, a)); err != nil {
 			return err
 		}
@@ -73,6 +74,13 @@ func makeRootfs(root string) error {
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		return err
+	}
+	// For the native runs (chroot) only: inside Endo /dev is the sandbox's own.
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mknod(filepath.Join(root, "dev", "null"), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
@@ -256,4 +264,39 @@ func TestReportListsUnimplementedCalls(t *testing.T) {
 	require.Equal(t, 0, got.code)
 	require.Contains(t, got.stdout, "errno 38", "ENOSYS reached the tenant")
 	require.Contains(t, got.stderr, "personality: 1")
+}
+
+// Shell scripts with pipelines, subshells, command substitution, loops, background jobs, wait,
+// trap and kill print what they print natively.
+func TestShellScriptsMatchNative(t *testing.T) {
+	for name, script := range map[string]string{
+		"pipeline":     `echo one two three | tr ' ' '\n' | sort | head -2`,
+		"subshell":     `(echo in; exit 3); echo status $?`,
+		"substitution": `x=$(echo inner); echo "got $x" $(seq 1 3)`,
+		"loop":         `for i in 1 2 3; do echo line $i; done | wc -l`,
+		"while":        `i=0; while [ $i -lt 5 ]; do i=$((i+1)); done; echo $i`,
+		"background":   `sleep 0.1 & p=$!; echo started; wait $p; echo waited $?`,
+		"kill":         `sleep 10 & p=$!; kill $p; wait $p; echo status $?`,
+		"trap":         `trap 'echo caught USR1' USR1; kill -USR1 $$; echo after`,
+		"xargs":        `printf 'a\nb\nc\n' | xargs -n1 echo item`,
+		"find":         `find /bin -name 's*' | sort`,
+		"exec":         `exec echo replaced`,
+		"exit":         `false || exit 7`,
+		"grep-sed":     `grep -c root /etc/passwd; echo hello | sed s/h/j/`,
+		"expr":         `expr 6 \* 7`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			want := native(t, "sh", "-c", script)
+			got := endo(t, "sh", "-c", script)
+			require.Equal(t, want, got)
+		})
+	}
+	requireNoStubs(t)
+}
+
+// A fork-heavy script: every child is its own stub; none is left after.
+func TestManyChildren(t *testing.T) {
+	got := endo(t, "sh", "-c", `for i in $(seq 1 30); do echo $i | cat > /dev/null; done; echo done`)
+	require.Equal(t, result{"done\n", "", 0}, got)
+	requireNoStubs(t)
 }
