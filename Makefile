@@ -7,7 +7,7 @@ export GOFLAGS := -buildvcs=false
 export PATH := $(BIN):$(PATH)
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.cache/*') go.mod go.sum
-TENANTS := hello segv hostile bench
+TENANTS := hello segv hostile threads bench
 
 .PHONY: all build deps stub tenants test vet hello bench demo clean
 
@@ -33,7 +33,7 @@ stub:
 
 $(CACHE)/tenants/bin/%: tenants/%.c
 	@mkdir -p $(dir $@)
-	gcc -static -O2 -Wall -o $@ $<
+	gcc -static -O2 -Wall -pthread -o $@ $<
 
 tenants: $(addprefix $(CACHE)/tenants/bin/,$(TENANTS))
 

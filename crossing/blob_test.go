@@ -35,11 +35,11 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"SETUP_CONTROL_FPROG": setupControlFprog, "SETUP_CONTROL_PROG": setupControlProg,
 		"SETUP_MAX_INSNS": setupMaxInsns, "CMD_SEQ": cmdSeq, "CMD_NOPS": cmdNops, "CMD_OPS": cmdOps,
 		"CMD_OP_SIZE": cmdOpSize, "CMD_MAX_OPS": cmdMaxOps, "OP_MAP": opMap, "OP_PROTECT": opProtect,
-		"OP_UNMAP": opUnmap, "INFO_VDSO": infoVdso, "INFO_READY": infoReady, "INFO_ACK": infoAck,
+		"OP_UNMAP": opUnmap, "OP_CLONE": opClone, "INFO_VDSO": infoVdso, "INFO_READY": infoReady, "INFO_ACK": infoAck,
 		"SLOT_STATE": slotState, "SLOT_SANDBOX_SLEEPING": slotSandboxSleeping,
 		"SLOT_STUB_SLEEPING": slotStubSleeping, "SLOT_SIGNO": slotSigno, "SLOT_CODE": slotCode,
 		"SLOT_FLAGS": slotFlags, "SLOT_ADDR": slotAddr, "SLOT_SPIN": slotSpin, "SLOT_TSC": slotTSC,
-		"SLOT_ERR": slotErr, "SLOT_TRAPNO": slotTrapno, "SLOT_REGS": slotRegs,
+		"SLOT_ERR": slotErr, "SLOT_TRAPNO": slotTrapno, "SLOT_REGS": slotRegs, "SLOT_FPSTATE": slotFPState,
 		"STATE_DEAD": stateDead, "STATE_TRAPPED": stateTrapped, "STATE_RESUME": stateResume,
 		"SLOT_F_SET_FS": slotFSetFS, "SLOT_F_EXIT": slotFExit, "SLOT_F_RESET_FPU": slotFResetFPU,
 		"SIG_PREEMPT": sigPreempt,
@@ -67,7 +67,7 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 	// The control thread's assembly spells some addresses out: keep them in step.
 	src, err := os.ReadFile("stub/stub.c")
 	require.NoError(t, err)
-	for _, addr := range []uint64{SysmsgBase + setupControlFprog, SysmsgBase + sysmsgInfo, SysmsgBase + sysmsgCmd, SysmsgBase + sysmsgInfo + infoAck} {
+	for _, addr := range []uint64{SysmsgBase + setupTenantFprog, SysmsgBase + setupControlFprog, SysmsgBase + sysmsgInfo, SysmsgBase + sysmsgCmd, SysmsgBase + sysmsgInfo + infoAck} {
 		require.Contains(t, string(src), "$0x"+strconv.FormatUint(addr, 16), "stub.c's assembly")
 	}
 }

@@ -18,40 +18,8 @@ const maxOpLength = 1 << 30
 func (s *Stub) Apply(ops []memgrant.HostOp) error {
 	s.cmdMu.Lock()
 	defer s.cmdMu.Unlock()
-	batch := make([]memgrant.HostOp, 0, cmdMaxOps)
+	batch := make([]cmdOp, 0, cmdMaxOps)
 	for _, op := range ops {
-		for op.Length > 0 {
-			part := op
-			if part.Length > maxOpLength {
-				part.Length = maxOpLength
-			}
-			batch = append(batch, part)
-			if len(batch) == cmdMaxOps {
-				if err := s.runBatch(batch); err != nil {
-					return err
-				}
-				batch = batch[:0]
-			}
-			op.Addr += part.Length
-			op.Offset += part.Length
-			op.Length -= part.Length
-		}
-	}
-	if len(batch) > 0 {
-		return s.runBatch(batch)
-	}
-	return nil
-}
-
-func (s *Stub) runBatch(ops []memgrant.HostOp) error {
-	select {
-	case <-s.exited:
-		return ErrStubDead
-	default:
-	}
-	cmd := s.sysmsg[sysmsgCmd : sysmsgCmd+0x1000]
-	for i, op := range ops {
-		o := cmdOps + i*cmdOpSize
 		var kind uint64
 		switch op.Kind {
 		case memgrant.OpMap:
@@ -66,11 +34,46 @@ func (s *Stub) runBatch(ops []memgrant.HostOp) error {
 		if op.Addr+op.Length > TenantMax || op.Addr+op.Length < op.Addr {
 			return fmt.Errorf("stub %d: host op at %#x+%#x beyond the tenant range", s.pid, op.Addr, op.Length)
 		}
-		binary.LittleEndian.PutUint64(cmd[o:], kind)
-		binary.LittleEndian.PutUint64(cmd[o+8:], op.Addr)
-		binary.LittleEndian.PutUint64(cmd[o+16:], op.Length)
-		binary.LittleEndian.PutUint64(cmd[o+24:], uint64(op.Prot))
-		binary.LittleEndian.PutUint64(cmd[o+32:], op.Offset)
+		for op.Length > 0 {
+			n := min(op.Length, maxOpLength)
+			batch = append(batch, cmdOp{kind, op.Addr, n, uint64(op.Prot), op.Offset})
+			if len(batch) == cmdMaxOps {
+				if _, err := s.runBatch(batch); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+			op.Addr += n
+			op.Offset += n
+			op.Length -= n
+		}
+	}
+	if len(batch) > 0 {
+		_, err := s.runBatch(batch)
+		return err
+	}
+	return nil
+}
+
+// cmdOp is one command as the control thread reads it.
+type cmdOp struct{ kind, addr, length, prot, off uint64 }
+
+// runBatch posts ops to the control thread and waits for its ack; it returns the ack's value
+// (the new thread's tid for opClone).
+func (s *Stub) runBatch(ops []cmdOp) (int64, error) {
+	select {
+	case <-s.exited:
+		return 0, fmt.Errorf("stub %d: %w (%s, %v)", s.pid, ErrStubDead, describeWait(s.exitStatus), s.waitErr)
+	default:
+	}
+	cmd := s.sysmsg[sysmsgCmd : sysmsgCmd+0x1000]
+	for i, op := range ops {
+		o := cmdOps + i*cmdOpSize
+		binary.LittleEndian.PutUint64(cmd[o:], op.kind)
+		binary.LittleEndian.PutUint64(cmd[o+8:], op.addr)
+		binary.LittleEndian.PutUint64(cmd[o+16:], op.length)
+		binary.LittleEndian.PutUint64(cmd[o+24:], op.prot)
+		binary.LittleEndian.PutUint64(cmd[o+32:], op.off)
 	}
 	atomic.StoreUint32(s.u32(sysmsgCmd+cmdNops), uint32(len(ops)))
 	s.seq++
@@ -80,20 +83,59 @@ func (s *Stub) runBatch(ops []memgrant.HostOp) error {
 	// Only the control thread can write to the ack pipe: tenant threads' filter forbids write.
 	var ack [16]byte
 	if _, err := io.ReadFull(s.ack, ack[:]); err != nil {
-		return fmt.Errorf("stub %d control thread: %w", s.pid, ErrStubDead)
+		return 0, fmt.Errorf("stub %d control thread: %w (%s)", s.pid, ErrStubDead, describeWait(s.WaitStatus()))
 	}
 	seq := binary.LittleEndian.Uint32(ack[0:])
 	idx := binary.LittleEndian.Uint32(ack[4:])
 	res := int64(binary.LittleEndian.Uint64(ack[8:]))
 	if seq != s.seq {
-		return fmt.Errorf("stub %d control thread: ack %d for batch %d", s.pid, seq, s.seq)
+		return 0, fmt.Errorf("stub %d control thread: ack %d for batch %d", s.pid, seq, s.seq)
 	}
-	if res != 0 {
-		op := memgrant.HostOp{}
+	if res < 0 {
+		op := cmdOp{}
 		if int(idx) < len(ops) {
 			op = ops[idx]
 		}
-		return fmt.Errorf("stub %d: host op %d at %#x+%#x: %w", s.pid, op.Kind, op.Addr, op.Length, unix.Errno(-res))
+		return 0, fmt.Errorf("stub %d: host op %d at %#x+%#x: %w", s.pid, op.kind, op.addr, op.length, unix.Errno(-res))
 	}
-	return nil
+	return res, nil
+}
+
+// NewThread makes a new tenant thread in the stub, stopped at its first trap (the boot ping),
+// ready for its registers.
+func (s *Stub) NewThread() (*Thread, error) {
+	s.cmdMu.Lock()
+	defer s.cmdMu.Unlock()
+	s.mu.Lock()
+	i := -1
+	for j := 1; j < sysmsgMaxThreads; j++ {
+		if s.threads[j] == nil {
+			i = j
+			break
+		}
+	}
+	s.mu.Unlock()
+	if i < 0 {
+		return nil, fmt.Errorf("stub %d: all %d thread slots in use: %w", s.pid, sysmsgMaxThreads, unix.EAGAIN)
+	}
+	t, err := s.newThread(i)
+	if err != nil {
+		return nil, err
+	}
+	atomic.StoreUint32(t.state, stateResume)
+	block := uint64(SysmsgBase + t.base)
+	tid, err := s.runBatch([]cmdOp{{kind: opClone, addr: block + slotState,
+		length: block + 0x1000, prot: 0, off: sysmsgBlock - 0x1000}})
+	if err != nil {
+		t.Release()
+		return nil, err
+	}
+	t.tid = int(tid)
+	// The new thread reads its signal stack from the command page: it must have trapped (and so
+	// be done with it) before the page is written again, which cmdMu holds off.
+	if err := t.wait(0); err != nil {
+		t.Release()
+		return nil, fmt.Errorf("stub %d: new thread did not start: %w", s.pid, err)
+	}
+	return t, nil
 }

@@ -31,6 +31,7 @@ const (
 	opMap     = 1
 	opProtect = 2
 	opUnmap   = 3
+	opClone   = 4
 
 	infoVdso  = 0x00
 	infoReady = 0x08
@@ -48,6 +49,7 @@ const (
 	slotErr             = 48
 	slotTrapno          = 56
 	slotRegs            = 64
+	slotFPState         = 280
 
 	stateDead    = 0
 	stateTrapped = 2

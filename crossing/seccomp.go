@@ -142,21 +142,33 @@ func tenantFilter(text Range) ([]bpf.RawInstruction, error) {
 	return b.finish()
 }
 
+// Clone flags of the control thread's new tenant threads (see stub.c, OP_CLONE).
+const cloneThreadFlags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
+	unix.CLONE_THREAD | unix.CLONE_SYSVSEM | unix.CLONE_CHILD_CLEARTID
+
 // controlFilter is the control thread's filter: from the stub's text only, mmap of the grant file
 // (shared, fixed, populated) below TenantMax, mprotect and munmap below TenantMax, futex, its ack
-// write and exit. The control thread only runs commands from a page the tenant cannot write;
-// the filter is the second wall.
+// write, clone of a tenant thread and what that thread does before it takes the tenant filter,
+// and exit. The control thread only runs commands from a page the tenant cannot write; the filter
+// is the second wall. Its threads inherit it under the tenant filter, so for calls from the stub's
+// text it allows what the tenant filter allows too, and calls from elsewhere trap as there.
 func controlFilter(text Range) ([]bpf.RawInstruction, error) {
 	const addrHiMax = TenantMax>>32 - 1 // addr < that+1 <<32 and len < 4 GiB keep the end below TenantMax
 	b := newFilterBuilder()
 	b.checkArch()
-	b.checkIP(text, "kill")
+	b.checkIP(text, "trap")
 	b.load(seccompNr)
 	b.jump(bpf.JumpEqual, unix.SYS_MMAP, "mmap", "")
 	b.jump(bpf.JumpEqual, unix.SYS_MPROTECT, "range", "")
 	b.jump(bpf.JumpEqual, unix.SYS_MUNMAP, "range", "")
 	b.jump(bpf.JumpEqual, unix.SYS_FUTEX, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_WRITE, "write", "")
+	b.jump(bpf.JumpEqual, unix.SYS_CLONE, "clone", "")
+	b.jump(bpf.JumpEqual, unix.SYS_SIGALTSTACK, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_RT_SIGPROCMASK, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_SECCOMP, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_RT_SIGRETURN, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_ARCH_PRCTL, "arch_prctl", "")
 	b.jump(bpf.JumpEqual, unix.SYS_EXIT, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_EXIT_GROUP, "allow", "kill")
 
@@ -179,6 +191,22 @@ func controlFilter(text Range) ([]bpf.RawInstruction, error) {
 	b.jump(bpf.JumpEqual, fdAck, "", "kill")
 	b.load(argHi(0))
 	b.jump(bpf.JumpEqual, 0, "allow", "kill")
+
+	b.label("clone")
+	b.load(argLo(0))
+	b.jump(bpf.JumpEqual, cloneThreadFlags, "", "kill")
+	b.load(argHi(0))
+	b.jump(bpf.JumpEqual, 0, "", "kill")
+	b.load(argLo(1)) // no stack of its own: the new thread uses none
+	b.jump(bpf.JumpEqual, 0, "", "kill")
+	b.load(argHi(1))
+	b.jump(bpf.JumpEqual, 0, "allow", "kill")
+
+	b.label("arch_prctl")
+	b.load(argHi(0))
+	b.jump(bpf.JumpEqual, 0, "", "kill")
+	b.load(argLo(0))
+	b.jump(bpf.JumpEqual, archSetFS, "allow", "kill")
 	return b.finish()
 }
 

@@ -108,6 +108,7 @@ type Stub struct {
 
 	exited     chan struct{}
 	exitStatus syscall.WaitStatus
+	waitErr    error
 
 	mu      sync.Mutex
 	threads [sysmsgMaxThreads]*Thread
@@ -182,6 +183,7 @@ func Spawn(grant *os.File) (*Stub, *Thread, error) {
 		return fail(fmt.Errorf("start stub: %w", err))
 	}
 	s.proc, s.pid = proc, proc.Pid
+	t.tid = proc.Pid
 	go s.reap()
 
 	// The first trap is the boot ping; wait for it with a deadline, so that a stub that
@@ -220,6 +222,8 @@ func (s *Stub) reap() {
 	st, err := s.proc.Wait()
 	if err == nil {
 		s.exitStatus = st.Sys().(syscall.WaitStatus)
+	} else {
+		s.waitErr = err
 	}
 	s.mu.Lock()
 	for _, t := range s.threads {

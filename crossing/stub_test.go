@@ -1,6 +1,7 @@
 package crossing
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -82,7 +83,7 @@ func TestTenantFaultTraps(t *testing.T) {
 func TestTenantJumpIntoStubIsKilled(t *testing.T) {
 	text, err := StubText()
 	require.NoError(t, err)
-	for _, nr := range []uint64{unix.SYS_EXECVE, unix.SYS_OPENAT, unix.SYS_MMAP, unix.SYS_GETPID} {
+	for _, nr := range []uint64{unix.SYS_EXECVE, unix.SYS_OPENAT, unix.SYS_MMAP, unix.SYS_GETPID, unix.SYS_CLONE, unix.SYS_SECCOMP} {
 		code := []byte{
 			0xb8, byte(nr), 0, 0, 0, // mov $nr, %eax
 			0x48, 0xbb, 0, 0, 0, 0, 0, 0, 0, 0, // movabs $target, %rbx
@@ -112,4 +113,54 @@ func findSyscallInsn(t *testing.T, text Range) uint64 {
 	}
 	t.Fatal("no syscall instruction in the stub")
 	return 0
+}
+
+func TestNewThreadTrapsOnItsOwnSlot(t *testing.T) {
+	code := []byte{
+		0xb8, 39, 0, 0, 0, // mov $39 (getpid), %eax
+		0x0f, 0x05, // syscall
+		0xb8, 186, 0, 0, 0, // mov $186 (gettid), %eax
+		0x0f, 0x05, // syscall
+	}
+	s, main := startTenant(t, code)
+	th, err := s.NewThread()
+	require.NoError(t, err)
+	require.NotEqual(t, s.Pid(), th.Tid(), "a thread of its own")
+	require.Equal(t, uint64(unix.SYS_GETPID), th.Regs.Orig_rax, "the new thread waits at its boot ping")
+
+	*th.Regs = unix.PtraceRegs{Rip: codeAddr, Rsp: stackAddr + 2048, Eflags: 0x202}
+	require.NoError(t, th.Resume(ResumeResetFPU, 0, 0))
+	require.Equal(t, uint64(unix.SYS_GETPID), th.Regs.Orig_rax)
+	require.Equal(t, uint64(codeAddr+7), th.Trap().Addr)
+	th.Regs.Rax = 77
+	require.NoError(t, th.Resume(0, 0, 0))
+	require.Equal(t, uint64(unix.SYS_GETTID), th.Regs.Orig_rax)
+
+	// The first thread still runs on its own.
+	require.NoError(t, main.Resume(0, 0, 0))
+	require.Equal(t, uint64(unix.SYS_GETPID), main.Regs.Orig_rax)
+
+	// A thread that ends clears its slot; the slot can serve again.
+	th.Exit()
+	for !th.Dead() {
+	}
+	th.Release()
+	again, err := s.NewThread()
+	require.NoError(t, err)
+	require.Equal(t, th.index, again.index)
+}
+
+// Every command runs alone: an unmap must not fall through into anything else (it once ran on
+// into the clone of a thread).
+func TestCommandsStartNoThread(t *testing.T) {
+	s, _ := startTenant(t, []byte{0x0f, 0x05})
+	require.NoError(t, s.Apply([]memgrant.HostOp{
+		{Kind: memgrant.OpProtect, Addr: stackAddr, Length: 4096, Prot: memgrant.ProtRead},
+		{Kind: memgrant.OpUnmap, Addr: stackAddr, Length: 4096},
+		{Kind: memgrant.OpMap, Addr: stackAddr, Length: 4096, Prot: memgrant.ProtRead, Offset: 4096},
+		{Kind: memgrant.OpUnmap, Addr: stackAddr, Length: 4096},
+	}))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", s.Pid()))
+	require.NoError(t, err)
+	require.Len(t, tasks, 2, "the tenant thread and the control thread, nothing else")
 }

@@ -17,6 +17,7 @@ type Thread struct {
 	stub  *Stub
 	index int
 	base  int // offset of its slot in the sysmsg file
+	tid   int // host thread id
 
 	state, sandboxSleeping, stubSleeping *uint32
 	flags                                *uint32
@@ -48,6 +49,22 @@ func (s *Stub) newThread(i int) (*Thread, error) {
 
 // Stub is the process the thread belongs to.
 func (t *Thread) Stub() *Stub { return t.stub }
+
+// Tid is the host thread id, for the preemption signal.
+func (t *Thread) Tid() int { return t.tid }
+
+// Dead reports whether the thread has ended (its exit cleared its state word).
+func (t *Thread) Dead() bool { return atomic.LoadUint32(t.state) == stateDead }
+
+// Release frees the thread's slot for a new thread once the thread has ended.
+func (t *Thread) Release() {
+	s := t.stub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.threads[t.index] == t {
+		s.threads[t.index] = nil
+	}
+}
 
 // TrapKind says why a thread stopped.
 type TrapKind int
@@ -181,4 +198,44 @@ func readMaps(pid int) ([]Range, error) {
 		rs = append(rs, Range{a, b})
 	}
 	return rs, sc.Err()
+}
+
+// The FPU state of a stopped thread lies in the host's signal frame on its signal stack, which is
+// part of the sysmsg file: fxsave's 512 bytes, and with XSAVE its extended area after them.
+const (
+	fxsaveSize      = 512
+	fpXstateMagic1  = 0x46505853
+	swReservedMagic = 464 // sw_reserved.magic1; extended_size follows it
+)
+
+// fpState returns the sandbox's view of the thread's saved FPU state, checked to lie inside the
+// thread's own signal stack.
+func (t *Thread) fpState() []byte {
+	s := t.stub
+	ptr := *s.u64(t.base + slotFPState)
+	lo := uint64(SysmsgBase + t.base + 0x1000)
+	hi := uint64(SysmsgBase + t.base + sysmsgBlock)
+	if ptr < lo || ptr+fxsaveSize > hi {
+		return nil
+	}
+	off := int(ptr - SysmsgBase)
+	size := uint64(fxsaveSize)
+	if *s.u32(off + swReservedMagic) == fpXstateMagic1 {
+		size = uint64(*s.u32(off + swReservedMagic + 4))
+	}
+	if size < fxsaveSize || ptr+size > hi {
+		return nil
+	}
+	return s.sysmsg[off : off+int(size)]
+}
+
+// CopyFPState gives the thread the FPU state of from (fork: the child goes on with the parent's
+// vector registers, which code may hold across the system call).
+func (t *Thread) CopyFPState(from *Thread) error {
+	dst, src := t.fpState(), from.fpState()
+	if dst == nil || src == nil || len(dst) != len(src) {
+		return fmt.Errorf("stub thread FPU state not found (%d, %d bytes)", len(dst), len(src))
+	}
+	copy(dst, src)
+	return nil
 }

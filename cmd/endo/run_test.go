@@ -66,9 +66,9 @@ func makeRootfs(root string) error {
 			return err
 		}
 	}
-	for _, t := range []string{"hello", "segv", "hostile"} {
+	for _, t := range []string{"hello", "segv", "hostile", "threads"} {
 		src := filepath.Join("..", "..", "tenants", t+".c")
-		out, err := exec.Command("gcc", "-static", "-O2", "-o", filepath.Join(bin, t), src).CombinedOutput()
+		out, err := exec.Command("gcc", "-static", "-O2", "-pthread", "-o", filepath.Join(bin, t), src).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("build tenant %s: %v\n%s", t, err, out)
 		}
@@ -149,7 +149,7 @@ func TestProgramsPrintWhatTheyPrintNatively(t *testing.T) {
 		{"cat", "/data.txt"},
 		{"ls", "/"},
 		{"ls", "-l", "/bin"},
-		{"ls", "-la", "/"},
+		{"ls", "-la", "/etc"},
 		{"wc", "/data.txt"},
 		{"uname", "-s", "-m"},
 		{"true"},
@@ -298,5 +298,15 @@ func TestShellScriptsMatchNative(t *testing.T) {
 func TestManyChildren(t *testing.T) {
 	got := endo(t, "sh", "-c", `for i in $(seq 1 30); do echo $i | cat > /dev/null; done; echo done`)
 	require.Equal(t, result{"done\n", "", 0}, got)
+	requireNoStubs(t)
+}
+
+// pthreads: eight threads, a mutex and a condition variable give the right result; a thread's
+// crash kills the whole process with its signal.
+func TestThreads(t *testing.T) {
+	want := native(t, "/bin/threads", "count", "20000")
+	require.Equal(t, "counter 160000 turns 8 joined 280\n", want.stdout)
+	require.Equal(t, want, endo(t, "/bin/threads", "count", "20000"))
+	require.Equal(t, 139, endo(t, "/bin/threads", "crash").code)
 	requireNoStubs(t)
 }

@@ -93,6 +93,7 @@ struct slot {
 	u64 err;
 	u64 trapno;
 	u64 regs[NREGS];
+	u64 fpstate;
 };
 
 _Static_assert(__builtin_offsetof(struct slot, flags) == SLOT_FLAGS, "slot flags");
@@ -100,6 +101,7 @@ _Static_assert(__builtin_offsetof(struct slot, addr) == SLOT_ADDR, "slot addr");
 _Static_assert(__builtin_offsetof(struct slot, spin) == SLOT_SPIN, "slot spin");
 _Static_assert(__builtin_offsetof(struct slot, err) == SLOT_ERR, "slot err");
 _Static_assert(__builtin_offsetof(struct slot, regs) == SLOT_REGS, "slot regs");
+_Static_assert(__builtin_offsetof(struct slot, fpstate) == SLOT_FPSTATE, "slot fpstate");
 
 struct sigaction_k {
 	void *handler;
@@ -193,6 +195,7 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	s->addr = si->addr;
 	s->err = g[G_ERR];
 	s->trapno = g[G_TRAPNO];
+	s->fpstate = (u64)uc->fpregs;
 	s->tsc = rdtsc();
 
 	__atomic_store_n(&s->state, STATE_TRAPPED, __ATOMIC_SEQ_CST);
@@ -358,6 +361,8 @@ __asm__(
 	"	je control_protect\n"
 	"	cmp $3, %rax\n"
 	"	je control_unmap\n"
+	"	cmp $4, %rax\n"
+	"	je control_clone\n"
 	"	mov $-22, %r15\n"
 	"	jmp control_ack\n"
 	"control_map:\n"
@@ -380,6 +385,54 @@ __asm__(
 	"	syscall\n"
 	"	test %rax, %rax\n"
 	"	jnz control_fail\n"
+	"	jmp control_next\n"
+	/* A new tenant thread: addr is its slot's state word (cleared by the kernel when the thread
+	 * exits), len/prot/off form the stack_t of its signal stack. The new thread uses no memory
+	 * but this read-only page: it sets its signal stack, unblocks signals, takes the tenant
+	 * filter on top of this thread's (which allows no more than the tenant's from the stub's
+	 * text) and traps into the sandbox from the boot loop. */
+	"control_clone:\n"
+	"	mov %rdi, %r10\n"              /* ctid */
+	"	mov $56, %eax\n"
+	"	mov $0x250f00, %edi\n"         /* VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|CHILD_CLEARTID */
+	"	xor %esi, %esi\n"
+	"	xor %edx, %edx\n"
+	"	xor %r8d, %r8d\n"
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jz clone_child\n"
+	"	js control_fail\n"
+	"	mov %rax, %r15\n"              /* the ack carries the new thread's host tid */
+	"	inc %r14d\n"
+	"	jmp control_ack\n"
+	"clone_child:\n"
+	"	mov $131, %eax\n"              /* sigaltstack(op->len.., NULL) */
+	"	lea 16(%rbx), %rdi\n"
+	"	xor %esi, %esi\n"
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jnz clone_die\n"
+	"	mov $14, %eax\n"               /* rt_sigprocmask(SIG_SETMASK, &zero, NULL, 8) */
+	"	mov $2, %edi\n"
+	"	lea 8(%rbp), %rsi\n"           /* command page bytes 8..15 are always zero */
+	"	xor %edx, %edx\n"
+	"	mov $8, %r10d\n"
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jnz clone_die\n"
+	"	mov $317, %eax\n"
+	"	mov $1, %edi\n"
+	"	xor %esi, %esi\n"
+	"	movabs $0x7ff100000000, %rdx\n" /* SYSMSG_BASE + SETUP_TENANT_FPROG */
+	"	syscall\n"
+	"	test %rax, %rax\n"
+	"	jnz clone_die\n"
+	"	jmp stub_boot\n"
+	"clone_die:\n"
+	"	mov $60, %eax\n"
+	"	mov $128, %edi\n"
+	"	syscall\n"
+	"	jmp clone_die\n"
 	"control_next:\n"
 	"	inc %r14d\n"
 	"	jmp control_op\n"
@@ -389,7 +442,7 @@ __asm__(
 	"	movabs $0x7ff100005040, %rsi\n" /* info page + INFO_ACK */
 	"	mov %r12d, (%rsi)\n"
 	"	mov %r14d, 4(%rsi)\n"
-	"	mov %r15, 8(%rsi)\n"
+	"	mov %r15, 8(%rsi)\n"           /* -errno, or a new thread's tid */
 	"	mov $1, %eax\n"
 	"	mov $5, %edi\n"                 /* FD_ACK */
 	"	mov $16, %edx\n"

@@ -40,8 +40,10 @@
 #define OP_MAP     1  /* addr, len, prot, off: mmap(MAP_SHARED|MAP_FIXED|MAP_POPULATE) of FD_GRANT */
 #define OP_PROTECT 2  /* addr, len, prot */
 #define OP_UNMAP   3  /* addr, len */
+#define OP_CLONE   4  /* addr: the new thread's slot state word; len, prot, off: its stack_t */
 /* After a batch the control thread writes {u32 seq, u32 index of the failed op or nops,
- * i64 -errno or 0} (16 bytes) to FD_ACK. */
+ * i64 -errno, or 0, or the tid of the thread OP_CLONE made} (16 bytes) to FD_ACK. OP_CLONE
+ * ends its batch. */
 
 /* Info page. */
 #define INFO_VDSO  0x00 /* u64: AT_SYSINFO_EHDR of the stub */
@@ -61,6 +63,7 @@
 #define SLOT_ERR       48   /* u64: the fault's error code (bit 1: write) */
 #define SLOT_TRAPNO    56   /* u64 */
 #define SLOT_REGS      64   /* struct user_regs_struct (27 u64s, ptrace order) */
+#define SLOT_FPSTATE  280   /* u64: where the trap's FPU state (fxsave/xsave area) lies */
 
 #define STATE_DEAD    0
 #define STATE_TRAPPED 2

@@ -34,6 +34,7 @@ type Kernel struct {
 	closed     bool
 	timed      bool
 	unimpl     map[uint64]int
+	futexes    futexTable
 	timings    Timings
 }
 

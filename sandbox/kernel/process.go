@@ -43,7 +43,8 @@ type Process struct {
 	sigacts  [65]sigaction
 	pending  uint64 // process-directed signals not yet delivered (bit sig-1)
 	rlimits  map[int]unix.Rlimit
-	tasks    []*Task
+	tasks    []*Task // live tasks
+	live     int     // tasks whose goroutine has not ended
 
 	cpu       atomic.Int64 // nanoseconds of tenant and kernel time
 	exitOnce  sync.Once
@@ -76,7 +77,7 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 	p.stub = stub
 	p.as = p.k.grant.NewAddressSpace(stub, layoutFor(stub))
 	t := &Task{p: p, tid: p.pid, th: th, interrupt: make(chan struct{}, 1)}
-	p.tasks = []*Task{t}
+	p.tasks, p.live = []*Task{t}, 1
 	p.k.timeCrossing(th)
 
 	regs, err := p.load(img, img.argv, spec.Env)
@@ -172,6 +173,27 @@ func (p *Process) exited() bool {
 	default:
 		return false
 	}
+}
+
+// taskDone is called by each task as it ends; the last one finishes the process.
+func (p *Process) taskDone(t *Task, ended ExitStatus) {
+	p.mu.Lock()
+	p.live--
+	last := p.live == 0
+	for i, x := range p.tasks {
+		if x == t {
+			p.tasks = append(p.tasks[:i], p.tasks[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	if !last {
+		if t.alone {
+			t.releaseThread()
+		}
+		return
+	}
+	p.finish(ended)
 }
 
 // finish runs once, when the last task has stopped: it frees everything and wakes waiters.

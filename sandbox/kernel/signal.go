@@ -75,8 +75,19 @@ func (p *Process) Signal(sig unix.Signal) error {
 		p.mu.Unlock()
 		return nil
 	}
+	if len(p.tasks) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	// The first task that does not block the signal takes it.
 	t := p.tasks[0]
-	blocked := t.sigmask&sigbit(sig) != 0
+	for _, x := range p.tasks {
+		if x.mask()&sigbit(sig) == 0 {
+			t = x
+			break
+		}
+	}
+	blocked := t.mask()&sigbit(sig) != 0
 	if act.handler == sigDfl && !blocked {
 		p.mu.Unlock()
 		p.terminate(ExitStatus{Signal: sig})
@@ -94,7 +105,7 @@ func (p *Process) Signal(sig unix.Signal) error {
 // a blocking kernel wait through its interrupt channel.
 func (t *Task) kick() {
 	notify(t.interrupt)
-	unix.Tgkill(t.p.stub.Pid(), t.p.stub.Pid(), sigPreemptHost)
+	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
 }
 
 // sigPreemptHost is the host signal that makes a stub thread trap (crossing's SIG_PREEMPT).
@@ -107,7 +118,7 @@ func (t *Task) forceSignal(sig unix.Signal, info sigInfo) {
 	p.mu.Lock()
 	act := p.sigacts[sig]
 	p.mu.Unlock()
-	if act.handler <= sigIgn || t.sigmask&sigbit(sig) != 0 {
+	if act.handler <= sigIgn || t.mask()&sigbit(sig) != 0 {
 		t.exitGroup(ExitStatus{Signal: sig})
 		return
 	}
@@ -124,7 +135,7 @@ func (t *Task) deliverSignals() {
 	handled := false
 	for !t.stop {
 		p.mu.Lock()
-		pend := p.pending &^ (t.sigmask &^ unblockable)
+		pend := (p.pending | t.pending) &^ (t.mask() &^ unblockable)
 		if pend == 0 {
 			p.mu.Unlock()
 			break
@@ -134,7 +145,11 @@ func (t *Task) deliverSignals() {
 			pend >>= 1
 			sig++
 		}
-		p.pending &^= sigbit(sig)
+		if t.pending&sigbit(sig) != 0 {
+			t.pending &^= sigbit(sig)
+		} else {
+			p.pending &^= sigbit(sig)
+		}
 		act := p.sigacts[sig]
 		if act.handler > sigIgn && act.flags&saResethand != 0 {
 			p.sigacts[sig] = sigaction{}
@@ -211,7 +226,7 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 	le.PutUint16(mc[144:], 0x33)        // cs
 	le.PutUint16(mc[150:], 0x2b)        // ss
 	le.PutUint64(mc[176:], uint64(sig)) // oldmask slot: not used by glibc
-	mask := t.sigmask
+	mask := t.mask()
 	if t.savedMask != nil {
 		mask = *t.savedMask
 		t.savedMask = nil
@@ -235,11 +250,11 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 	r.Rdx = uc
 	r.Rax = 0
 	r.Eflags &^= 0x400 | 0x100 // DF, TF
-	t.sigmask |= act.mask
+	t.setMask(t.mask() | act.mask)
 	if act.flags&saNodefer == 0 {
-		t.sigmask |= sigbit(sig)
+		t.setMask(t.mask() | sigbit(sig))
 	}
-	t.sigmask &^= unblockable
+	t.setMask(t.mask() &^ unblockable)
 	return nil
 }
 
@@ -259,7 +274,7 @@ func sysRtSigreturn(t *Task, a sysargs) (uint64, error) {
 	r.Rdi, r.Rsi, r.Rbp, r.Rbx, r.Rdx, r.Rax, r.Rcx, r.Rsp, r.Rip = g(8), g(9), g(10), g(11), g(12), g(13), g(14), g(15), g(16)
 	const userFlags = 0x50dd5 // the flags a tenant may set: CF PF AF ZF SF TF DF OF AC
 	r.Eflags = r.Eflags&^userFlags | g(17)&userFlags
-	t.sigmask = le.Uint64(u[296:]) &^ unblockable
+	t.setMask(le.Uint64(u[296:]) &^ unblockable)
 	// A signal that came while the handler ran may be deliverable now.
 	return r.Rax, nil
 }
@@ -305,7 +320,7 @@ func sysSigaltstack(t *Task, a sysargs) (uint64, error) {
 
 func sysRtSigpending(t *Task, a sysargs) (uint64, error) {
 	t.p.mu.Lock()
-	pend := t.p.pending & t.sigmask
+	pend := (t.p.pending | t.pending) & t.mask()
 	t.p.mu.Unlock()
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], pend)
@@ -316,7 +331,7 @@ func sysRtSigpending(t *Task, a sysargs) (uint64, error) {
 func (t *Task) waitSignal() {
 	for {
 		t.p.mu.Lock()
-		ready := t.p.pending&^t.sigmask != 0
+		ready := (t.p.pending|t.pending)&^t.mask() != 0
 		t.p.mu.Unlock()
 		if ready {
 			return
@@ -348,16 +363,44 @@ func sysRtSigsuspend(t *Task, a sysargs) (uint64, error) {
 	if err := t.p.k.svc.CopyIn(t.p.as, b[:], a[0]); err != nil {
 		return 0, err
 	}
-	old := t.sigmask
-	t.sigmask = binary.LittleEndian.Uint64(b[:]) &^ unblockable
+	old := t.mask()
+	t.setMask(binary.LittleEndian.Uint64(b[:]) &^ unblockable)
 	t.waitSignal()
 	// The handler's frame carries the old mask; sigreturn puts it back.
 	t.savedMask = &old
 	t.p.mu.Lock()
-	none := t.p.pending&^t.sigmask == 0
+	none := (t.p.pending|t.pending)&^t.mask() == 0
 	t.p.mu.Unlock()
 	if none {
-		t.sigmask, t.savedMask = old, nil
+		t.setMask(old)
+		t.savedMask = nil
 	}
 	return 0, unix.EINTR
+}
+
+// signalThread sends a thread-directed signal (tgkill, tkill).
+func (t *Task) signalThread(sig unix.Signal) error {
+	p := t.p
+	if sig == unix.SIGKILL {
+		p.terminate(ExitStatus{Signal: sig})
+		return nil
+	}
+	p.mu.Lock()
+	act := p.sigacts[sig]
+	if act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig) {
+		p.mu.Unlock()
+		return nil
+	}
+	blocked := t.mask()&sigbit(sig) != 0
+	if act.handler == sigDfl && !blocked {
+		p.mu.Unlock()
+		p.terminate(ExitStatus{Signal: sig})
+		return nil
+	}
+	t.pending |= sigbit(sig)
+	p.mu.Unlock()
+	if !blocked {
+		t.kick()
+	}
+	return nil
 }

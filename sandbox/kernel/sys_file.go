@@ -728,3 +728,51 @@ func sysFsync(t *Task, a sysargs) (uint64, error) {
 	defer f.DecRef()
 	return 0, f.Sync()
 }
+
+// sendfile(out, in, offset*, count) as a copy through the sandbox.
+func sysSendfile(t *Task, a sysargs) (uint64, error) {
+	out, err := t.file(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer out.DecRef()
+	in, err := t.file(a[1])
+	if err != nil {
+		return 0, err
+	}
+	defer in.DecRef()
+	buf := make([]byte, min(a[3], 1<<20))
+	var n int
+	if a[2] != 0 {
+		var b [8]byte
+		if err := t.p.k.svc.CopyIn(t.p.as, b[:], a[2]); err != nil {
+			return 0, err
+		}
+		off := int64(binary.LittleEndian.Uint64(b[:]))
+		if n, err = in.Pread(buf, off); err != nil {
+			return 0, err
+		}
+		binary.LittleEndian.PutUint64(b[:], uint64(off+int64(n)))
+		if err := t.p.k.svc.CopyOut(t.p.as, a[2], b[:]); err != nil {
+			return 0, err
+		}
+	} else {
+		t.io(in, func() { n, err = in.Read(buf) })
+		if err != nil {
+			return 0, err
+		}
+	}
+	w := 0
+	for w < n {
+		var m int
+		t.io(out, func() { m, err = out.Write(buf[w:n]) })
+		if err != nil {
+			if w > 0 {
+				break
+			}
+			return 0, err
+		}
+		w += m
+	}
+	return uint64(w), nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/endovisor/endo/crossing"
 	"github.com/endovisor/endo/sandbox/kernel/vfs"
@@ -17,7 +18,12 @@ func sysVfork(t *Task, a sysargs) (uint64, error) {
 }
 
 // clone(flags, stack, parent_tid, child_tid, tls) on x86-64.
-func sysClone(t *Task, a sysargs) (uint64, error) { return t.fork(a[0], a[1], a[2], a[3], a[4]) }
+func sysClone(t *Task, a sysargs) (uint64, error) {
+	if a[0]&unix.CLONE_THREAD != 0 {
+		return t.newThread(a[0], a[1], a[2], a[3], a[4])
+	}
+	return t.fork(a[0], a[1], a[2], a[3], a[4])
+}
 
 // Clone flags a new process may ask for; sharing ones (VM without VFORK, FILES, FS, SIGHAND,
 // THREAD) need threads, which the kernel does not have yet.
@@ -61,7 +67,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	child.fds = p.fds.Fork()
 	child.fds.SetLimit(p.fds.Limit())
 
-	ct := &Task{p: child, tid: pid, th: th, fsBase: t.fsBase, sigmask: t.sigmask, interrupt: make(chan struct{}, 1)}
+	ct := &Task{p: child, tid: pid, th: th, fsBase: t.fsBase, interrupt: make(chan struct{}, 1)}
 	ct.altstack = t.altstack
 	regs := *t.th.Regs
 	regs.Rax = 0
@@ -73,6 +79,9 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	}
 	regs.Fs_base = ct.fsBase
 	*th.Regs = regs
+	if err := th.CopyFPState(t.th); err != nil {
+		k.cfg.Log("pid %d: fork: %v", p.pid, err)
+	}
 	ct.resumeFlags = crossing.ResumeSetFS
 	var tid [4]byte
 	binary.LittleEndian.PutUint32(tid[:], uint32(pid))
@@ -85,7 +94,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if flags&unix.CLONE_PARENT_SETTID != 0 {
 		k.svc.CopyOut(p.as, ptid, tid[:])
 	}
-	child.tasks = []*Task{ct}
+	child.tasks, child.live = []*Task{ct}, 1
 	vfork := flags&unix.CLONE_VFORK != 0
 	if vfork {
 		child.vforkDone = make(chan struct{})
@@ -169,6 +178,9 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 	}
 	defer img.close()
 
+	if err := t.endOtherTasks(); err != nil {
+		return 0, err
+	}
 	// No way back from here: failures kill the process, as on Linux.
 	for _, v := range p.as.VMAs() {
 		if err := k(p).svc.Unmap(p.as, v.Start, v.End-v.Start); err != nil {
@@ -423,4 +435,37 @@ func sysKill(t *Task, a sysargs) (uint64, error) {
 		q.Signal(unix.Signal(sig))
 	}
 	return 0, nil
+}
+
+// endOtherTasks stops every other task of the process (execve keeps only the caller).
+func (t *Task) endOtherTasks() error {
+	p := t.p
+	p.mu.Lock()
+	var others []*Task
+	for _, x := range p.tasks {
+		if x != t {
+			others = append(others, x)
+		}
+	}
+	p.mu.Unlock()
+	if len(others) == 0 {
+		return nil
+	}
+	for _, x := range others {
+		x.killed.Store(true)
+		x.kick()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		p.mu.Lock()
+		alone := p.live == 1
+		p.mu.Unlock()
+		if alone {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return unix.EAGAIN
+		}
+		t.sleep(time.Millisecond)
+	}
 }

@@ -114,3 +114,49 @@ func sysBrk(t *Task, a sysargs) (uint64, error) {
 	p.brk = want
 	return want, nil
 }
+
+func sysMadvise(t *Task, a sysargs) (uint64, error) {
+	addr, length, advice := a[0], a[1], a[2]
+	if addr%memgrant.PageSize != 0 {
+		return 0, unix.EINVAL
+	}
+	length = pageUp(length)
+	switch advice {
+	case unix.MADV_DONTNEED, unix.MADV_FREE:
+		// MADV_FREE may drop the pages at once, as Linux does under pressure.
+		if length == 0 {
+			return 0, nil
+		}
+		return 0, t.p.as.Discard(addr, length)
+	case unix.MADV_NORMAL, unix.MADV_RANDOM, unix.MADV_SEQUENTIAL, unix.MADV_WILLNEED,
+		unix.MADV_DONTFORK, unix.MADV_DOFORK, unix.MADV_MERGEABLE, unix.MADV_UNMERGEABLE,
+		unix.MADV_HUGEPAGE, unix.MADV_NOHUGEPAGE, unix.MADV_DONTDUMP, unix.MADV_DODUMP,
+		unix.MADV_COLD, unix.MADV_PAGEOUT:
+		// Hints: the grant maps eagerly and never swaps, so there is nothing to do.
+		return 0, nil
+	}
+	return 0, unix.EINVAL
+}
+
+// mremap(old, oldLen, newLen, flags, newAddr).
+func sysMremap(t *Task, a sysargs) (uint64, error) {
+	const (
+		mremapMaymove   = 1
+		mremapFixed     = 2
+		mremapDontunmap = 4
+	)
+	if a[0]%memgrant.PageSize != 0 || a[3]&^(mremapMaymove|mremapFixed|mremapDontunmap) != 0 || a[2] == 0 {
+		return 0, unix.EINVAL
+	}
+	var f memgrant.RemapFlags
+	if a[3]&mremapMaymove != 0 {
+		f |= memgrant.RemapMayMove
+	}
+	if a[3]&mremapFixed != 0 {
+		f |= memgrant.RemapFixed
+	}
+	if a[3]&mremapDontunmap != 0 {
+		f |= memgrant.RemapDontUnmap
+	}
+	return t.p.as.Remap(a[0], pageUp(a[1]), pageUp(a[2]), f, a[4])
+}

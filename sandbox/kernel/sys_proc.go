@@ -21,8 +21,14 @@ const (
 func sysZero(t *Task, a sysargs) (uint64, error) { return 0, nil }
 
 func sysExit(t *Task, a sysargs) (uint64, error) {
-	// One task per process for now: a thread's exit is the group's.
-	t.exitGroup(ExitStatus{Code: int(a[0] & 0xff)})
+	t.p.mu.Lock()
+	last := t.p.live == 1
+	t.p.mu.Unlock()
+	if last {
+		t.exitGroup(ExitStatus{Code: int(a[0] & 0xff)})
+	} else {
+		t.exitThread()
+	}
 	return 0, nil
 }
 
@@ -114,7 +120,7 @@ func sysRtSigprocmask(t *Task, a sysargs) (uint64, error) {
 	if a[3] != 8 {
 		return 0, unix.EINVAL
 	}
-	old := t.sigmask
+	old := t.mask()
 	if a[1] != 0 {
 		var b [8]byte
 		if err := t.p.k.svc.CopyIn(t.p.as, b[:], a[1]); err != nil {
@@ -123,11 +129,11 @@ func sysRtSigprocmask(t *Task, a sysargs) (uint64, error) {
 		set := binary.LittleEndian.Uint64(b[:]) &^ (1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1))
 		switch a[0] {
 		case unix.SIG_BLOCK:
-			t.sigmask |= set
+			t.setMask(t.mask() | set)
 		case unix.SIG_UNBLOCK:
-			t.sigmask &^= set
+			t.setMask(t.mask() &^ set)
 		case unix.SIG_SETMASK:
-			t.sigmask = set
+			t.setMask(set)
 		default:
 			return 0, unix.EINVAL
 		}
@@ -324,26 +330,28 @@ func sysSchedGetaffinity(t *Task, a sysargs) (uint64, error) {
 	return 8, t.p.k.svc.CopyOut(t.p.as, a[2], b[:])
 }
 
-func (t *Task) signalSelf(sig uint64) (uint64, error) {
+func sysTgkill(t *Task, a sysargs) (uint64, error) {
+	p := t.p.k.lookup(int(int32(a[0])))
+	if p == nil {
+		return 0, unix.ESRCH
+	}
+	return tkill(p, int(int32(a[1])), a[2])
+}
+
+func sysTkill(t *Task, a sysargs) (uint64, error) {
+	return tkill(t.p, int(int32(a[0])), a[1])
+}
+
+func tkill(p *Process, tid int, sig uint64) (uint64, error) {
 	if sig >= 65 {
 		return 0, unix.EINVAL
+	}
+	target := p.task(tid)
+	if target == nil {
+		return 0, unix.ESRCH
 	}
 	if sig == 0 {
 		return 0, nil
 	}
-	return 0, t.p.Signal(unix.Signal(sig))
-}
-
-func sysTgkill(t *Task, a sysargs) (uint64, error) {
-	if int(int32(a[0])) != t.p.pid || int(int32(a[1])) != t.tid {
-		return 0, unix.ESRCH
-	}
-	return t.signalSelf(a[2])
-}
-
-func sysTkill(t *Task, a sysargs) (uint64, error) {
-	if int(int32(a[0])) != t.tid {
-		return 0, unix.ESRCH
-	}
-	return t.signalSelf(a[1])
+	return 0, target.signalThread(unix.Signal(sig))
 }

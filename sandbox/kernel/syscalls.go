@@ -36,7 +36,8 @@ func init() {
 		unix.SYS_FSYNC: sysFsync, unix.SYS_FDATASYNC: sysFsync,
 
 		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
-		unix.SYS_MPROTECT: sysMprotect,
+		unix.SYS_MPROTECT: sysMprotect, unix.SYS_MADVISE: sysMadvise, unix.SYS_MREMAP: sysMremap,
+		unix.SYS_SENDFILE: sysSendfile,
 
 		unix.SYS_EXIT: sysExit, unix.SYS_EXIT_GROUP: sysExitGroup, unix.SYS_GETPID: sysGetpid,
 		unix.SYS_GETTID: sysGettid, unix.SYS_GETPPID: sysGetppid, unix.SYS_GETUID: sysZero,
@@ -48,8 +49,8 @@ func init() {
 		unix.SYS_PIPE: sysPipe, unix.SYS_PIPE2: sysPipe2,
 		unix.SYS_RT_SIGRETURN: sysRtSigreturn, unix.SYS_SIGALTSTACK: sysSigaltstack,
 		unix.SYS_RT_SIGPENDING: sysRtSigpending, unix.SYS_PAUSE: sysPause,
-		unix.SYS_RT_SIGSUSPEND: sysRtSigsuspend,
-		unix.SYS_ARCH_PRCTL:    sysArchPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
+		unix.SYS_RT_SIGSUSPEND: sysRtSigsuspend, unix.SYS_FUTEX: sysFutex,
+		unix.SYS_ARCH_PRCTL: sysArchPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
 		unix.SYS_SET_ROBUST_LIST: sysZero, unix.SYS_UNAME: sysUname,
 		unix.SYS_RT_SIGACTION: sysRtSigaction, unix.SYS_RT_SIGPROCMASK: sysRtSigprocmask,
 		unix.SYS_GETRANDOM: sysGetrandom, unix.SYS_PRLIMIT64: sysPrlimit,

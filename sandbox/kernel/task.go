@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,12 +25,15 @@ type Task struct {
 	resumeFlags crossing.ResumeFlags
 	fsBase      uint64
 	clearTID    uint64
-	sigmask     uint64
-	savedMask   *uint64 // the mask to restore after a handler that interrupted sigsuspend
+	sigmask     atomic.Uint64 // written only by the task itself
+	savedMask   *uint64       // the mask to restore after a handler that interrupted sigsuspend
 	altstack    altstack
 	interrupt   chan struct{} // poked when a signal arrives while the task blocks in the kernel
 	interrupted bool          // the last system call was cut short by a signal (EINTR)
-	stop        bool          // the task has exited
+	pending     uint64        // thread-directed signals (tgkill), guarded by p.mu
+	stop        bool          // the task has stopped running tenant code
+	alone       bool          // it ended by exit(2) while other tasks of its process go on
+	killed      atomic.Bool   // asked to end (exit_group or execve by another task)
 
 	spin spinState
 }
@@ -103,6 +107,12 @@ func (t *Task) run() {
 	started := time.Now()
 	var ended ExitStatus
 	for !t.stop {
+		if t.killed.Load() {
+			// Another task ends the others (execve): this thread goes, the process stays.
+			t.th.Exit()
+			t.alone = true
+			break
+		}
 		stubSpin, sandboxSpin := t.spins()
 		flags := t.resumeFlags
 		t.resumeFlags = 0
@@ -132,8 +142,11 @@ func (t *Task) run() {
 	}
 	sched.Release(t.vcpu)
 	t.p.cpu.Add(int64(time.Since(started)))
-	t.p.finish(ended)
+	t.p.taskDone(t, ended)
 }
+
+func (t *Task) mask() uint64     { return t.sigmask.Load() }
+func (t *Task) setMask(m uint64) { t.sigmask.Store(m) }
 
 // stubEnded turns the stub's death into an exit status: a signal the host sent it (SIGKILL from
 // Signal, SIGSYS from the filter).
@@ -161,6 +174,7 @@ func (t *Task) fault(tr crossing.Trap) {
 			t.exitGroup(ExitStatus{Signal: unix.SIGKILL, OOMKilled: true})
 			return
 		}
+		t.p.k.cfg.Log("pid %d tid %d: %v at %#x (write %v, ip %#x): %v", t.p.pid, t.tid, tr.Signal, tr.Addr, tr.Write, t.th.Regs.Rip, err)
 	}
 	t.forceSignal(unix.Signal(tr.Signal), sigInfo{code: tr.Code, addr: tr.Addr})
 }
@@ -187,8 +201,14 @@ func (t *Task) blocking(fn func()) {
 	t.vcpu = sched.Acquire()
 }
 
-// exitGroup ends the whole process with st.
+// exitGroup ends the whole process with st: the other tasks see their stub threads die.
 func (t *Task) exitGroup(st ExitStatus) {
 	t.p.setStatus(st)
 	t.stop = true
+	t.p.mu.Lock()
+	others := t.p.live > 1
+	t.p.mu.Unlock()
+	if others {
+		t.p.stub.Kill()
+	}
 }
