@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,9 @@ import (
 //
 //go:embed stub/stub.bin
 var stubBlob []byte
+
+// addrNoRandomize is personality(2)'s ADDR_NO_RANDOMIZE.
+const addrNoRandomize = 0x0040000
 
 // ErrStubDead reports that a stub process (or the thread) is gone.
 var ErrStubDead = errors.New("stub process is gone")
@@ -171,6 +175,12 @@ func Spawn(grant *os.File) (*Stub, *Thread, error) {
 	}
 	s.ack = os.NewFile(uintptr(p[0]), "endo-stub-ack")
 	ackW := os.NewFile(uintptr(p[1]), "endo-stub-ack-w")
+	// Every stub of a sandbox must have its vDSO at the same address: tenants keep pointers into
+	// it across fork. Without address randomization the kernel places it the same way each time;
+	// the personality is inherited from the thread that starts the stub.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	unix.RawSyscall(unix.SYS_PERSONALITY, addrNoRandomize, 0, 0)
 	proc, err := os.StartProcess(fmt.Sprintf("/proc/self/fd/%d", stubImage.fd), []string{"endo-stub"},
 		&os.ProcAttr{
 			Files: []*os.File{nil, nil, nil, sysmsgFile, grant, ackW},

@@ -164,3 +164,11 @@ func TestCommandsStartNoThread(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, tasks, 2, "the tenant thread and the control thread, nothing else")
 }
+
+// Tenants keep pointers into the vDSO across fork: every stub has it at the same address.
+func TestStubsShareTheVDSOAddress(t *testing.T) {
+	a, _ := startTenant(t, []byte{0x0f, 0x05})
+	b, _ := startTenant(t, []byte{0x0f, 0x05})
+	require.NotZero(t, a.VDSO())
+	require.Equal(t, a.VDSO(), b.VDSO())
+}

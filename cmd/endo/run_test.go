@@ -61,7 +61,7 @@ func makeRootfs(root string) error {
 		return err
 	}
 	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty",
-		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed"} {
+		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date"} {
 		if err := os.Symlink("busybox", filepath.Join(bin, a)); err != nil {
 			return err
 		}
@@ -270,20 +270,21 @@ func TestReportListsUnimplementedCalls(t *testing.T) {
 // trap and kill print what they print natively.
 func TestShellScriptsMatchNative(t *testing.T) {
 	for name, script := range map[string]string{
-		"pipeline":     `echo one two three | tr ' ' '\n' | sort | head -2`,
-		"subshell":     `(echo in; exit 3); echo status $?`,
-		"substitution": `x=$(echo inner); echo "got $x" $(seq 1 3)`,
-		"loop":         `for i in 1 2 3; do echo line $i; done | wc -l`,
-		"while":        `i=0; while [ $i -lt 5 ]; do i=$((i+1)); done; echo $i`,
-		"background":   `sleep 0.1 & p=$!; echo started; wait $p; echo waited $?`,
-		"kill":         `sleep 10 & p=$!; kill $p; wait $p; echo status $?`,
-		"trap":         `trap 'echo caught USR1' USR1; kill -USR1 $$; echo after`,
-		"xargs":        `printf 'a\nb\nc\n' | xargs -n1 echo item`,
-		"find":         `find /bin -name 's*' | sort`,
-		"exec":         `exec echo replaced`,
-		"exit":         `false || exit 7`,
-		"grep-sed":     `grep -c root /etc/passwd; echo hello | sed s/h/j/`,
-		"expr":         `expr 6 \* 7`,
+		"pipeline":       `echo one two three | tr ' ' '\n' | sort | head -2`,
+		"subshell":       `(echo in; exit 3); echo status $?`,
+		"substitution":   `x=$(echo inner); echo "got $x" $(seq 1 3)`,
+		"loop":           `for i in 1 2 3; do echo line $i; done | wc -l`,
+		"while":          `i=0; while [ $i -lt 5 ]; do i=$((i+1)); done; echo $i`,
+		"background":     `sleep 0.1 & p=$!; echo started; wait $p; echo waited $?`,
+		"kill":           `sleep 10 & p=$!; kill $p; wait $p; echo status $?`,
+		"trap":           `trap 'echo caught USR1' USR1; kill -USR1 $$; echo after`,
+		"xargs":          `printf 'a\nb\nc\n' | xargs -n1 echo item`,
+		"find":           `find /bin -name 's*' | sort`,
+		"exec":           `exec echo replaced`,
+		"exit":           `false || exit 7`,
+		"grep-sed":       `grep -c root /etc/passwd; echo hello | sed s/h/j/`,
+		"expr":           `expr 6 \* 7`,
+		"clock-in-child": `(date +%Y); date +%Y | cat`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			want := native(t, "sh", "-c", script)

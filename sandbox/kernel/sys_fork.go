@@ -49,6 +49,11 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 		k.cfg.Log("pid %d: fork: %v", p.pid, err)
 		return 0, unix.EAGAIN
 	}
+	if stub.VDSO() != p.stub.VDSO() {
+		stub.Release()
+		k.cfg.Log("pid %d: fork: the new stub's vDSO moved (%#x, was %#x)", p.pid, stub.VDSO(), p.stub.VDSO())
+		return 0, unix.EAGAIN
+	}
 	childAS, err := p.as.Fork(stub, layoutFor(stub))
 	if err != nil {
 		stub.Release()
