@@ -55,6 +55,7 @@ hello: build $(CACHE)/tenants/bin/hello
 # Benchmarks with ratios to native measured in the same run.
 bench: deps build tenants
 	$(BIN)/endo bench --tenants $(CACHE)/tenants
+	go test -run XXX -bench ContainerStart -benchtime 10x ./integration/
 
 # The main job: a real containerd running a container in Endo.
 demo: deps build
