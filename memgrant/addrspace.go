@@ -37,7 +37,7 @@ const (
 	MapFixedNoReplace                      // place exactly at addr, EEXIST if anything is there
 	MapShared                              // shared anonymous memory: frames shared across Fork, never copy-on-write
 	MapGrowsDown                           // a stack; growth is the kernel's job, the flag is kept
-	MapNoReserve                           // accepted and ignored: the grant is the reservation
+	MapNoReserve                           // populate on fault rather than at once (MAP_NORESERVE)
 
 	mapKnown = MapFixed | MapFixedNoReplace | MapShared | MapGrowsDown | MapNoReserve
 )
@@ -323,7 +323,7 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 	}
 	end := start + length
 	v := &vma{start: start, end: end, prot: prot, flags: flags &^ (MapFixed | MapFixedNoReplace),
-		name: name, lazy: length > as.l.EagerLimit, fill: fill}
+		name: name, lazy: length > as.l.EagerLimit || flags&MapNoReserve != 0, fill: fill}
 
 	// The new pages first: if that fails, nothing has changed.
 	var ops []HostOp

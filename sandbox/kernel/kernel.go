@@ -34,6 +34,9 @@ type Kernel struct {
 	closed     bool
 	timed      bool
 	unimpl     map[uint64]int
+	releasing  sync.WaitGroup // processes whose memory is being given back
+	refilling  sync.WaitGroup // spare stubs being started
+	spares     chan spareStub // stubs started ahead, for fork and spawn
 	futexes    futexTable
 	timings    Timings
 }
@@ -69,7 +72,8 @@ func New(cfg Config) (*Kernel, error) {
 	}
 	return &Kernel{
 		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(),
-		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1, unimpl: map[uint64]int{},
+		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1,
+		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}, nil
 }
 
@@ -89,6 +93,17 @@ func (k *Kernel) Close() error {
 	for _, p := range procs {
 		p.Signal(unix.SIGKILL)
 		p.Wait()
+	}
+	k.releasing.Wait()
+	k.refilling.Wait()
+	for {
+		select {
+		case s := <-k.spares:
+			s.stub.Release()
+			continue
+		default:
+		}
+		break
 	}
 	return k.grant.Close()
 }
@@ -285,4 +300,56 @@ func notify(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// spareStubs is how many stubs a kernel keeps started ahead: a fork then costs the address
+// space's copy, not a process start.
+const spareStubs = 2
+
+type spareStub struct {
+	stub *crossing.Stub
+	th   *crossing.Thread
+}
+
+// newStub returns a started stub, waiting at its boot ping: a spare if there is one (and starts
+// another in the background), else a new one.
+func (k *Kernel) newStub() (*crossing.Stub, *crossing.Thread, error) {
+	select {
+	case s := <-k.spares:
+		k.refill()
+		return s.stub, s.th, nil
+	default:
+	}
+	k.refill()
+	return crossing.Spawn(k.grant.File())
+}
+
+// refill starts one spare stub in the background, unless the kernel is closing.
+func (k *Kernel) refill() {
+	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		return
+	}
+	k.refilling.Add(1)
+	k.mu.Unlock()
+	go func() {
+		defer k.refilling.Done()
+		s, th, err := crossing.Spawn(k.grant.File())
+		if err != nil {
+			k.cfg.Log("spare stub: %v", err)
+			return
+		}
+		k.mu.Lock()
+		closed := k.closed
+		k.mu.Unlock()
+		if !closed {
+			select {
+			case k.spares <- spareStub{s, th}:
+				return
+			default:
+			}
+		}
+		s.Release()
+	}()
 }

@@ -21,6 +21,7 @@ const (
 	minAddr     = 0x10000        // like vm.mmap_min_addr
 	pieBase     = 0x555555554000 // where Linux puts a position-independent main program
 	stackSize   = 8 << 20        // the default RLIMIT_STACK
+	stackEager  = 128 << 10      // the part of the stack populated at exec
 	maxArgBytes = 2 << 20        // argv and envp together, like ARG_MAX
 	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
@@ -394,11 +395,17 @@ func (p *Process) buildStack(img *image, main loaded, interpBase uint64, argv, e
 	if size > maxArgBytes {
 		return 0, fmt.Errorf("arguments and environment: %d bytes: %w", size, unix.E2BIG)
 	}
-	base, err := p.k.svc.Map(p.as, 0, stackSize, memgrant.ProtRead|memgrant.ProtWrite, memgrant.MapGrowsDown, "[stack]", nil)
+	// The stack's top is mapped at once; the rest of its 8 MiB fills on fault, so that a
+	// process does not hold (and fork does not copy) memory its stack never reaches.
+	rw := memgrant.ProtRead | memgrant.ProtWrite
+	base, err := p.k.svc.Map(p.as, 0, stackSize, rw, memgrant.MapGrowsDown|memgrant.MapNoReserve, "[stack]", nil)
 	if err != nil {
 		return 0, fmt.Errorf("map stack: %w", err)
 	}
 	top := base + stackSize
+	if _, err := p.k.svc.Map(p.as, top-stackEager, stackEager, rw, memgrant.MapFixed|memgrant.MapGrowsDown, "[stack]", nil); err != nil {
+		return 0, fmt.Errorf("map stack: %w", err)
+	}
 
 	// Strings at the top: execfn, then argv and envp, then the platform name and random bytes.
 	var strs []byte

@@ -70,7 +70,7 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 	if err := p.installStdio(spec); err != nil {
 		return err
 	}
-	stub, th, err := crossing.Spawn(p.k.grant.File())
+	stub, th, err := p.k.newStub()
 	if err != nil {
 		return fmt.Errorf("start sandbox stub: %w", err)
 	}
@@ -200,14 +200,21 @@ func (p *Process) taskDone(t *Task, ended ExitStatus) {
 func (p *Process) finish(fallback ExitStatus) {
 	p.exitOnce.Do(func() {
 		p.setStatus(fallback)
-		p.stub.Release()
-		p.as.Release()
+		p.stub.Kill()
 		p.fds.CloseAll()
-		p.k.exited(p)
-		p.k.releaseContainer(p.c)
 		if p.vforkDone != nil {
 			p.releaseVfork()
 		}
+		// The frames go back once the stub can no longer touch them; the parent need not
+		// wait for that to see its child exit.
+		p.k.releasing.Add(1)
+		go func() {
+			defer p.k.releasing.Done()
+			p.stub.Release()
+			p.as.Release()
+		}()
+		p.k.exited(p)
+		p.k.releaseContainer(p.c)
 		close(p.done)
 	})
 }

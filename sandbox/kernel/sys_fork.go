@@ -44,7 +44,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if err != nil {
 		return 0, unix.EAGAIN
 	}
-	stub, th, err := crossing.Spawn(k.grant.File())
+	stub, th, err := k.newStub()
 	if err != nil {
 		k.cfg.Log("pid %d: fork: %v", p.pid, err)
 		return 0, unix.EAGAIN
