@@ -299,3 +299,32 @@ func TestShimEventOrder(t *testing.T) {
 	require.Equal(t, want, got, "events:\n%s", evOut.String())
 	noLeftovers(t, c, id)
 }
+
+// A container that touches more memory than its limit is OOM-killed inside its sandbox:
+// containerd hears TaskOOM before TaskExit, and the exit status is 137.
+func TestShimOOM(t *testing.T) {
+	c, img := startEndo(t)
+	const id = "endo-oom"
+	ctx, cancel := context.WithCancel(context.Background())
+	ev := c.CtrCmd(ctx, "events")
+	var evOut bytes.Buffer
+	ev.Stdout = &evOut
+	require.NoError(t, ev.Start())
+	time.Sleep(300 * time.Millisecond) // let ctr subscribe
+
+	_, _, err := c.Ctr("run", "--rm", "--memory-limit", "67108864", "--runtime", harness.RuntimeEndo, img, id, "sort", "/dev/zero")
+	require.Equal(t, 137, harness.ExitCode(err), "containerd log:\n%s", c.LogTail(30))
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	_ = ev.Wait()
+	var got []string
+	for _, l := range strings.Split(evOut.String(), "\n") {
+		for _, topic := range []string{"/tasks/oom", "/tasks/exit"} {
+			if strings.Contains(l, topic+" ") && strings.Contains(l, id) {
+				got = append(got, topic)
+			}
+		}
+	}
+	require.Equal(t, []string{"/tasks/oom", "/tasks/exit"}, got, "events:\n%s", evOut.String())
+	noLeftovers(t, c, id)
+}

@@ -127,6 +127,9 @@ func run(args []string) int {
 		return exitEndoError
 	}
 	st := p.Wait()
+	if st.OOMKilled {
+		fmt.Fprintf(os.Stderr, "endo: %s was killed: out of memory (the sandbox's %d bytes are used up)\n", argv[0], *memory)
+	}
 	if st.Signal == unix.SIGSYS {
 		fmt.Fprintf(os.Stderr, "endo: %s made a forbidden host system call and was killed (SIGSYS)\n", argv[0])
 	}

@@ -61,7 +61,7 @@ func makeRootfs(root string) error {
 		return err
 	}
 	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty",
-		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date"} {
+		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date", "dd"} {
 		if err := os.Symlink("busybox", filepath.Join(bin, a)); err != nil {
 			return err
 		}
@@ -220,10 +220,17 @@ func TestPathsStayInTheRootfs(t *testing.T) {
 }
 
 func TestMemoryOutsideTheGrant(t *testing.T) {
-	// 64 MiB of grant: a tenant that wants 200 MiB is refused (or killed), never served.
+	// 64 MiB of grant: a tenant that touches 200 MiB is OOM-killed inside the sandbox, which
+	// survives to report it.
 	got := runCmd(t, "", endoBin, "run", "--memory", fmt.Sprint(64<<20), "--rootfs", rootfs, "--", "/bin/hostile", "grab", "200")
 	require.NotContains(t, got.stdout, "GOT")
-	require.NotEqual(t, 0, got.code)
+	require.Equal(t, 128+9, got.code, "killed by SIGKILL, as the OOM killer does")
+	require.Contains(t, got.stderr, "out of memory")
+	// The OOM kill takes one process; the shell that started it goes on.
+	got = runCmd(t, "", endoBin, "run", "--memory", fmt.Sprint(64<<20), "--rootfs", rootfs, "--",
+		"sh", "-c", "dd if=/dev/zero bs=1M count=200 2>/dev/null | sort > /dev/null; echo after $?")
+	require.Equal(t, "after 137\n", got.stdout, got.stderr)
+	require.Equal(t, 0, got.code)
 	// Writing to the stub's read-only pages or to a wild address is a fault.
 	require.Equal(t, 139, endo(t, "/bin/hostile", "write-setup").code)
 	require.Equal(t, 139, endo(t, "/bin/hostile", "wild").code)

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/endovisor/endo/memgrant"
@@ -64,8 +65,12 @@ func sysMmap(t *Task, a sysargs) (uint64, error) {
 			return err
 		}
 	}
-	// Anonymous shared memory is private until there is more than one process to share with.
 	at, err := t.p.k.svc.Map(t.p.as, addr, length, mprot, mf, name, fill)
+	if errors.Is(err, memgrant.ErrExhausted) && fill == nil && mf&memgrant.MapNoReserve == 0 {
+		// Like Linux's overcommit: the mapping is granted, its pages come on first touch, and
+		// a touch the grant cannot serve is the OOM kill (see Task.fault).
+		at, err = t.p.k.svc.Map(t.p.as, addr, length, mprot, mf|memgrant.MapNoReserve, name, fill)
+	}
 	if err != nil {
 		return 0, err
 	}

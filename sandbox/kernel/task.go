@@ -166,6 +166,12 @@ func (t *Task) stubEnded(err error) ExitStatus {
 func (t *Task) fault(tr crossing.Trap) {
 	if tr.Signal == syscall.SIGSEGV || tr.Signal == syscall.SIGBUS {
 		ok, err := t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
+		if errors.Is(err, unix.ENOMEM) {
+			// Memory of processes that just exited may be on its way back: wait for it before
+			// calling this an out-of-memory kill.
+			t.blocking(t.p.k.releasing.Wait)
+			ok, err = t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
+		}
 		if ok {
 			return
 		}
