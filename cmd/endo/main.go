@@ -135,6 +135,8 @@ func run(args []string) int {
 	}
 	if *report {
 		printReport(k.Unimplemented())
+		r, w := k.Faults()
+		fmt.Fprintf(os.Stderr, "endo: page faults served by the sandbox: %d reads, %d writes\n", r, w)
 	}
 	return st.WaitStatus()
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,7 +68,7 @@ func makeRootfs(root string) error {
 			return err
 		}
 	}
-	for _, t := range []string{"hello", "segv", "hostile", "threads"} {
+	for _, t := range []string{"hello", "segv", "hostile", "threads", "cow"} {
 		src := filepath.Join("..", "..", "tenants", t+".c")
 		out, err := exec.Command("gcc", "-static", "-O2", "-pthread", "-o", filepath.Join(bin, t), src).CombinedOutput()
 		if err != nil {
@@ -316,5 +318,19 @@ func TestThreads(t *testing.T) {
 	require.Equal(t, "counter 160000 turns 8 joined 280\n", want.stdout)
 	require.Equal(t, want, endo(t, "/bin/threads", "count", "20000"))
 	require.Equal(t, 139, endo(t, "/bin/threads", "crash").code)
+	requireNoStubs(t)
+}
+
+// Copy-on-write after fork: 100 children each read, then write the parent's page; everyone
+// sees their own data, the reads take no fault, and each child's write takes its own.
+func TestCopyOnWriteFork(t *testing.T) {
+	got := runCmd(t, "", endoBin, "run", "--report", "--rootfs", rootfs, "--", "/bin/cow")
+	require.Equal(t, "cow ok\n", got.stdout, got.stderr)
+	m := regexp.MustCompile(`page faults served by the sandbox: (\d+) reads, (\d+) writes`).FindStringSubmatch(got.stderr)
+	require.NotNil(t, m, got.stderr)
+	reads, _ := strconv.Atoi(m[1])
+	writes, _ := strconv.Atoi(m[2])
+	require.Equal(t, 0, reads, "reads after fork take no fault")
+	require.GreaterOrEqual(t, writes, 100, "each child's first write is a copy-on-write fault")
 	requireNoStubs(t)
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/endovisor/endo/crossing"
@@ -35,6 +36,7 @@ type Kernel struct {
 	timed      bool
 	unimpl     map[uint64]int
 	releasing  sync.WaitGroup // processes whose memory is being given back
+	faults     FaultCounts
 	refilling  sync.WaitGroup // spare stubs being started
 	spares     chan spareStub // stubs started ahead, for fork and spawn
 	futexes    futexTable
@@ -113,6 +115,17 @@ func (k *Kernel) Timings() Timings {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.timings
+}
+
+// FaultCounts are the page faults of tenant code that reached the sandbox: a sandbox that maps
+// eagerly sees none for a first touch or a read after fork.
+type FaultCounts struct {
+	Reads, Writes atomic.Uint64
+}
+
+// Faults returns how many read and write faults the kernel has served or refused.
+func (k *Kernel) Faults() (reads, writes uint64) {
+	return k.faults.Reads.Load(), k.faults.Writes.Load()
 }
 
 // Unimplemented counts the system calls tenants made that the kernel does not implement, by name.

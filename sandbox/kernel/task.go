@@ -165,6 +165,11 @@ func (t *Task) stubEnded(err error) ExitStatus {
 // handler for the signal runs, or the signal kills the process.
 func (t *Task) fault(tr crossing.Trap) {
 	if tr.Signal == syscall.SIGSEGV || tr.Signal == syscall.SIGBUS {
+		if tr.Write {
+			t.p.k.faults.Writes.Add(1)
+		} else {
+			t.p.k.faults.Reads.Add(1)
+		}
 		ok, err := t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
 		if errors.Is(err, unix.ENOMEM) {
 			// Memory of processes that just exited may be on its way back: wait for it before
