@@ -36,6 +36,7 @@ type Kernel struct {
 	timed      bool
 	unimpl     map[uint64]int
 	releasing  sync.WaitGroup // processes whose memory is being given back
+	preempting bool           // the preemption ticker runs (guarded by mu)
 	faults     FaultCounts
 	refilling  sync.WaitGroup // spare stubs being started
 	spares     chan spareStub // stubs started ahead, for fork and spawn
@@ -72,11 +73,13 @@ func New(cfg Config) (*Kernel, error) {
 		g.Close()
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
-	return &Kernel{
+	k := &Kernel{
 		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(),
 		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1,
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
-	}, nil
+	}
+	sched.OnWait(k.wantPreempt)
+	return k, nil
 }
 
 // Close kills every process, waits for them, and frees the grant.
@@ -365,4 +368,49 @@ func (k *Kernel) refill() {
 		}
 		s.Release()
 	}()
+}
+
+// timeSlice is how long a task may run tenant code while another waits for a vCPU.
+const timeSlice = 10 * time.Millisecond
+
+// wantPreempt starts the preemption ticker, which runs while any task waits for a vCPU.
+func (k *Kernel) wantPreempt() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.preempting || k.closed {
+		return
+	}
+	k.preempting = true
+	go k.preemptLoop()
+}
+
+// preemptLoop makes every task that has run tenant code for a whole slice trap (the preemption
+// signal to its stub thread), so that it gives its vCPU to the tasks waiting in line.
+func (k *Kernel) preemptLoop() {
+	tick := time.NewTicker(timeSlice / 2)
+	defer tick.Stop()
+	for range tick.C {
+		k.mu.Lock()
+		if !k.sched.Waiting() || k.closed {
+			k.preempting = false
+			k.mu.Unlock()
+			return
+		}
+		procs := make([]*Process, 0, len(k.procs))
+		for _, p := range k.procs {
+			procs = append(procs, p)
+		}
+		k.mu.Unlock()
+		now := time.Now().UnixNano()
+		for _, p := range procs {
+			p.mu.Lock()
+			tasks := append([]*Task(nil), p.tasks...)
+			p.mu.Unlock()
+			for _, t := range tasks {
+				if since := t.inTenant.Load(); since != 0 && now-since >= int64(timeSlice) {
+					t.preempt()
+				}
+			}
+		}
+	}
 }

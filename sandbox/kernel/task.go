@@ -34,6 +34,7 @@ type Task struct {
 	stop        bool          // the task has stopped running tenant code
 	alone       bool          // it ended by exit(2) while other tasks of its process go on
 	killed      atomic.Bool   // asked to end (exit_group or execve by another task)
+	inTenant    atomic.Int64  // when the task last resumed tenant code (unix ns), 0 while in the kernel
 
 	spin spinState
 }
@@ -117,7 +118,10 @@ func (t *Task) run() {
 		flags := t.resumeFlags
 		t.resumeFlags = 0
 		c0 := crossing.Cycles()
-		if err := t.th.Resume(flags, stubSpin, sandboxSpin); err != nil {
+		t.inTenant.Store(time.Now().UnixNano())
+		err := t.th.Resume(flags, stubSpin, sandboxSpin)
+		t.inTenant.Store(0)
+		if err != nil {
 			ended = t.stubEnded(err)
 			break
 		}
@@ -188,6 +192,11 @@ func (t *Task) fault(tr crossing.Trap) {
 		t.p.k.cfg.Log("pid %d tid %d: %v at %#x (write %v, ip %#x): %v", t.p.pid, t.tid, tr.Signal, tr.Addr, tr.Write, t.th.Regs.Rip, err)
 	}
 	t.forceSignal(unix.Signal(tr.Signal), sigInfo{code: tr.Code, addr: tr.Addr})
+}
+
+// preempt makes the task's stub thread trap, without interrupting a kernel wait.
+func (t *Task) preempt() {
+	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
 }
 
 // yield gives the vCPU to a waiting task, if any.

@@ -13,6 +13,7 @@ import (
 
 // Kernelet owns the vCPUs of one sandbox.
 type Kernelet struct {
+	onWait  func() // called (without the lock) when a task has to wait for a vCPU
 	mu      sync.Mutex
 	vcpus   []*VCPU
 	free    []*VCPU
@@ -40,6 +41,10 @@ func New(n int) (*Kernelet, error) {
 	return k, nil
 }
 
+// OnWait sets a function called whenever a task has to wait for a vCPU (after it is queued):
+// the caller's cue to preempt a task that has run its time slice. Set it before use.
+func (k *Kernelet) OnWait(f func()) { k.onWait = f }
+
 // N is the number of vCPUs.
 func (k *Kernelet) N() int { return len(k.vcpus) }
 
@@ -55,6 +60,9 @@ func (k *Kernelet) Acquire() *VCPU {
 	ch := make(chan *VCPU, 1)
 	k.waiters = append(k.waiters, ch)
 	k.mu.Unlock()
+	if k.onWait != nil {
+		k.onWait()
+	}
 	return <-ch
 }
 
