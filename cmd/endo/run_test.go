@@ -68,7 +68,7 @@ func makeRootfs(root string) error {
 			return err
 		}
 	}
-	for _, t := range []string{"hello", "segv", "hostile", "threads", "cow"} {
+	for _, t := range []string{"hello", "segv", "hostile", "threads", "cow", "spin"} {
 		src := filepath.Join("..", "..", "tenants", t+".c")
 		out, err := exec.Command("gcc", "-static", "-O2", "-pthread", "-o", filepath.Join(bin, t), src).CombinedOutput()
 		if err != nil {
@@ -319,6 +319,13 @@ func TestThreads(t *testing.T) {
 	require.Equal(t, want, endo(t, "/bin/threads", "count", "20000"))
 	require.Equal(t, 139, endo(t, "/bin/threads", "crash").code)
 	requireNoStubs(t)
+}
+
+// Threads that spin without a system call share the vCPUs: the kernelet preempts a task at
+// the end of its time slice when another waits (here three busy threads on one vCPU).
+func TestBusyThreadsShareAVCPU(t *testing.T) {
+	got := runCmd(t, "", endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "/bin/spin", "3")
+	require.Equal(t, result{"spin ok 3\n", "", 0}, got)
 }
 
 // Copy-on-write after fork: 100 children each read, then write the parent's page; everyone
