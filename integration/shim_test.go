@@ -86,6 +86,15 @@ func TestShimExitStatus(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, 3, harness.ExitCode(err), "err: %v", err)
 	noLeftovers(t, c, "endo-exit")
+
+	// This ctr has no `tasks wait`: an attached `tasks start` waits for the exit and reports it.
+	_, _, err = c.Ctr("containers", "create", "--runtime", harness.RuntimeEndo, img, "endo-exit2", "sh", "-c", "sleep 0.2; exit 5")
+	require.NoError(t, err)
+	_, _, err = c.Ctr("tasks", "start", "endo-exit2")
+	require.Equal(t, 5, harness.ExitCode(err), "err: %v", err)
+	_, _, err = c.Ctr("containers", "rm", "endo-exit2") // an attached start deleted the task
+	require.NoError(t, err)
+	noLeftovers(t, c, "endo-exit2")
 }
 
 func TestShimUnameIsTheSandboxKernel(t *testing.T) {
