@@ -19,9 +19,13 @@ require (
 
 require (
 	github.com/Microsoft/go-winio v0.6.3-0.20251027160822-ad3df93bed29 // indirect
+	github.com/cilium/ebpf v0.17.3 // indirect
 	github.com/containerd/go-runc v1.2.1 // indirect
 	github.com/containerd/log v0.2.0 // indirect
 	github.com/containerd/plugin v1.1.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/docker/go-units v0.5.0 // indirect
+	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/mdlayher/socket v0.6.0 // indirect
 	github.com/mdlayher/vsock v1.3.0 // indirect
 	github.com/moby/sys/userns v0.2.1 // indirect

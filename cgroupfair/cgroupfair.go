@@ -1,0 +1,194 @@
+// Package cgroupfair puts a pod's sandbox in the pod's cgroup, so that Linux divides CPU and
+// memory between pods while the kernelet divides a pod's share between its tasks, and sizes the
+// pod's vCPUs from its CPU limits. It works on cgroup v1 (also in the hybrid layout) and v2,
+// through github.com/containerd/cgroups/v3.
+//
+// It must never move a process that is not the pod's sandbox (or its stubs, which follow it),
+// and never delete a cgroup it did not create.
+package cgroupfair
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Pod is one pod's cgroup.
+type Pod struct {
+	path string
+	v1   cgroup1.Cgroup
+	v2   *cgroup2.Manager
+}
+
+// PathFor is the cgroup a pod's sandbox goes in: the cgroupsPath of the pod's sandbox container,
+// or, for a lone container that has none, one of Endo's own named for the container.
+func PathFor(cgroupsPath, id string) (string, error) {
+	if cgroupsPath == "" {
+		return path.Join("/endo", id), nil
+	}
+	if strings.Contains(cgroupsPath, ":") {
+		return "", fmt.Errorf("cgroupfair: systemd cgroup path %q: only cgroupfs paths are supported yet", cgroupsPath)
+	}
+	if !path.IsAbs(cgroupsPath) {
+		return "", fmt.Errorf("cgroupfair: cgroup path %q is not absolute", cgroupsPath)
+	}
+	return path.Clean(cgroupsPath), nil
+}
+
+func unified() bool { return cgroups.Mode() == cgroups.Unified }
+
+// Create makes the pod's cgroup with the pod's limits (or opens it, if the runtime's caller
+// made it already, and applies the limits).
+func Create(p string, res *specs.LinuxResources) (*Pod, error) {
+	if res == nil {
+		res = &specs.LinuxResources{}
+	}
+	if unified() {
+		m, err := cgroup2.NewManager("/sys/fs/cgroup", p, cgroup2.ToResources(res))
+		if err != nil {
+			return nil, fmt.Errorf("cgroupfair: create %s (v2): %w", p, err)
+		}
+		return &Pod{path: p, v2: m}, nil
+	}
+	cg, err := cgroup1.New(cgroup1.StaticPath(p), res)
+	if err != nil {
+		return nil, fmt.Errorf("cgroupfair: create %s (v1): %w", p, err)
+	}
+	return &Pod{path: p, v1: cg}, nil
+}
+
+// Load opens an existing pod cgroup.
+func Load(p string) (*Pod, error) {
+	if unified() {
+		m, err := cgroup2.Load(p)
+		if err != nil {
+			return nil, fmt.Errorf("cgroupfair: load %s (v2): %w", p, err)
+		}
+		return &Pod{path: p, v2: m}, nil
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(p))
+	if err != nil {
+		return nil, fmt.Errorf("cgroupfair: load %s (v1): %w", p, err)
+	}
+	return &Pod{path: p, v1: cg}, nil
+}
+
+// Path is the pod's cgroup path.
+func (p *Pod) Path() string { return p.path }
+
+// Add moves a process (all its threads) into the pod's cgroup.
+func (p *Pod) Add(pid int) error {
+	var err error
+	if p.v2 != nil {
+		err = p.v2.AddProc(uint64(pid))
+	} else {
+		err = p.v1.Add(cgroup1.Process{Pid: pid})
+	}
+	if err != nil {
+		return fmt.Errorf("cgroupfair: add pid %d to %s: %w", pid, p.path, err)
+	}
+	return nil
+}
+
+// Update applies new limits to a running pod.
+func (p *Pod) Update(res *specs.LinuxResources) error {
+	var err error
+	if p.v2 != nil {
+		err = p.v2.Update(cgroup2.ToResources(res))
+	} else {
+		err = p.v1.Update(res)
+	}
+	if err != nil {
+		return fmt.Errorf("cgroupfair: update %s: %w", p.path, err)
+	}
+	return nil
+}
+
+// Pids lists the processes in the pod's cgroup.
+func (p *Pod) Pids() ([]int, error) {
+	var out []int
+	if p.v2 != nil {
+		ps, err := p.v2.Procs(false)
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range ps {
+			out = append(out, int(x))
+		}
+		return out, nil
+	}
+	ps, err := p.v1.Processes(cgroup1.Cpu, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range ps {
+		out = append(out, x.Pid)
+	}
+	return out, nil
+}
+
+// Delete removes the pod's cgroup; it must be empty (the sandbox and its stubs are gone).
+func (p *Pod) Delete() error {
+	var err error
+	if p.v2 != nil {
+		err = p.v2.Delete()
+	} else {
+		err = p.v1.Delete()
+	}
+	if err != nil {
+		return fmt.Errorf("cgroupfair: delete %s: %w", p.path, err)
+	}
+	return nil
+}
+
+// VCPUs is how many vCPUs a pod gets: ceil(quota/period) when the CPU is limited, else the size
+// of its cpuset, else the host's CPUs; never more than the host has, never less than one.
+func VCPUs(res *specs.LinuxResources, hostCPUs int) int {
+	n := hostCPUs
+	if res != nil && res.CPU != nil {
+		c := res.CPU
+		if c.Quota != nil && *c.Quota > 0 && c.Period != nil && *c.Period > 0 {
+			n = int(math.Ceil(float64(*c.Quota) / float64(*c.Period)))
+		} else if c.Cpus != "" {
+			if k, err := cpusetSize(c.Cpus); err == nil && k > 0 {
+				n = k
+			}
+		}
+	}
+	return max(1, min(n, hostCPUs))
+}
+
+// cpusetSize counts the CPUs of a cpuset list such as "0-3,8,10-11".
+func cpusetSize(s string) (int, error) {
+	n := 0
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0, fmt.Errorf("cpuset %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return 0, fmt.Errorf("cpuset %q: %w", s, err)
+			}
+		}
+		if b < a {
+			return 0, errors.New("cpuset range backwards")
+		}
+		n += b - a + 1
+	}
+	return n, nil
+}

@@ -1,0 +1,69 @@
+package cgroupfair
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/stretchr/testify/require"
+)
+
+func TestVCPUs(t *testing.T) {
+	q := func(quota int64, period uint64) *specs.LinuxResources {
+		return &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}}
+	}
+	require.Equal(t, 8, VCPUs(nil, 8))
+	require.Equal(t, 2, VCPUs(q(150000, 100000), 8), "ceil(1.5)")
+	require.Equal(t, 1, VCPUs(q(10000, 100000), 8))
+	require.Equal(t, 8, VCPUs(q(5000000, 100000), 8), "never more than the host")
+	require.Equal(t, 3, VCPUs(&specs.LinuxResources{CPU: &specs.LinuxCPU{Cpus: "0-1,4"}}, 8))
+	require.Equal(t, 8, VCPUs(&specs.LinuxResources{CPU: &specs.LinuxCPU{Cpus: "bad"}}, 8))
+}
+
+func TestPathFor(t *testing.T) {
+	p, err := PathFor("", "ctr1")
+	require.NoError(t, err)
+	require.Equal(t, "/endo/ctr1", p)
+	p, err = PathFor("/kubepods/pod1/abc", "x")
+	require.NoError(t, err)
+	require.Equal(t, "/kubepods/pod1/abc", p)
+	_, err = PathFor("system.slice:cri:abc", "x")
+	require.ErrorContains(t, err, "systemd")
+}
+
+// A real cgroup: created with a CPU quota, a process moved in, seen there by the kernel, and the
+// cgroup gone after Delete.
+func TestPodCgroup(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root")
+	}
+	path := fmt.Sprintf("/endo-test/cg-%d", os.Getpid())
+	quota, period := int64(50000), uint64(100000)
+	pod, err := Create(path, &specs.LinuxResources{CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}})
+	require.NoError(t, err)
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	require.NoError(t, pod.Add(cmd.Process.Pid))
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	require.NoError(t, err)
+	require.Contains(t, string(cg), path)
+	pids, err := pod.Pids()
+	require.NoError(t, err)
+	require.Contains(t, pids, cmd.Process.Pid)
+	if !unified() {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", path, "cpu.cfs_quota_us"))
+		require.NoError(t, err)
+		require.Equal(t, "50000", strings.TrimSpace(string(b)))
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	require.NoError(t, pod.Delete())
+	_, err = os.Stat(filepath.Join("/sys/fs/cgroup/cpu", path))
+	require.True(t, os.IsNotExist(err), "the cgroup is gone")
+	os.Remove("/sys/fs/cgroup/cpu/endo-test")
+}
