@@ -45,12 +45,17 @@ func PathFor(cgroupsPath, id string) (string, error) {
 
 func unified() bool { return cgroups.Mode() == cgroups.Unified }
 
+// SandboxOverheadBytes is the memory the sandbox itself needs beside the pod's grant (the Go
+// runtime, stubs, page tables): a pod cgroup's memory limit is raised by this much, as
+// Kubernetes does for a RuntimeClass's overhead (deploy/runtimeclass.yaml declares the same).
+const SandboxOverheadBytes = 64 << 20
+
 // Create makes the pod's cgroup with the pod's limits (or opens it, if the runtime's caller
-// made it already, and applies the limits).
+// made it already, and applies the limits). The memory limit gets the sandbox's overhead on top:
+// the pod's own memory is the grant, whose exhaustion the sandbox handles as an OOM kill inside
+// the pod; the cgroup's limit is the wall behind it.
 func Create(p string, res *specs.LinuxResources) (*Pod, error) {
-	if res == nil {
-		res = &specs.LinuxResources{}
-	}
+	res = withOverhead(res)
 	if unified() {
 		m, err := cgroup2.NewManager("/sys/fs/cgroup", p, cgroup2.ToResources(res))
 		if err != nil {
@@ -98,8 +103,28 @@ func (p *Pod) Add(pid int) error {
 	return nil
 }
 
+// withOverhead copies res with SandboxOverheadBytes added to a memory limit.
+func withOverhead(res *specs.LinuxResources) *specs.LinuxResources {
+	if res == nil {
+		return &specs.LinuxResources{}
+	}
+	r := *res
+	if res.Memory != nil && res.Memory.Limit != nil && *res.Memory.Limit > 0 {
+		m := *res.Memory
+		limit := *m.Limit + SandboxOverheadBytes
+		m.Limit = &limit
+		if m.Swap != nil && *m.Swap > 0 {
+			swap := *m.Swap + SandboxOverheadBytes
+			m.Swap = &swap
+		}
+		r.Memory = &m
+	}
+	return &r
+}
+
 // Update applies new limits to a running pod.
 func (p *Pod) Update(res *specs.LinuxResources) error {
+	res = withOverhead(res)
 	var err error
 	if p.v2 != nil {
 		err = p.v2.Update(cgroup2.ToResources(res))

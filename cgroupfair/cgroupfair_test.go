@@ -67,3 +67,11 @@ func TestPodCgroup(t *testing.T) {
 	require.True(t, os.IsNotExist(err), "the cgroup is gone")
 	os.Remove("/sys/fs/cgroup/cpu/endo-test")
 }
+
+func TestMemoryLimitCarriesTheSandboxOverhead(t *testing.T) {
+	limit := int64(64 << 20)
+	r := withOverhead(&specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}})
+	require.Equal(t, int64(64<<20+SandboxOverheadBytes), *r.Memory.Limit)
+	require.Equal(t, int64(64<<20), limit, "the caller's spec is not changed")
+	require.Nil(t, withOverhead(&specs.LinuxResources{}).Memory)
+}

@@ -337,3 +337,40 @@ func TestShimOOM(t *testing.T) {
 	require.Equal(t, []string{"/tasks/oom", "/tasks/exit"}, got, "events:\n%s", evOut.String())
 	noLeftovers(t, c, id)
 }
+
+// The sandbox and its stubs live in the pod's cgroup, with the pod's CPU limit; the tenant sees
+// as many CPUs as the quota gives it; the cgroup goes with the container.
+func TestShimPodCgroup(t *testing.T) {
+	c, img := startEndo(t)
+	const id = "endo-cgroup"
+	out, _, err := c.Ctr("run", "--rm", "--cpu-quota", "50000", "--cpu-period", "100000", "--runtime", harness.RuntimeEndo, img, id, "nproc")
+	require.NoError(t, err, "containerd log:\n%s", c.LogTail(30))
+	require.Equal(t, "1\n", out, "ceil(50000/100000) vCPUs")
+	noLeftovers(t, c, id)
+
+	const id2 = "endo-cgroup2"
+	_, _, err = c.Ctr("run", "-d", "--cpu-quota", "150000", "--cpu-period", "100000", "--runtime", harness.RuntimeEndo, img, id2, "sleep", "30")
+	require.NoError(t, err)
+	pid, _ := taskStatus(t, c, id2)
+	require.NotZero(t, pid)
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	// ctr gives every container the cgroupsPath /<namespace>/<id>.
+	cgPath := "/" + c.Namespace() + "/" + id2
+	require.Regexp(t, `(?m)^\d+:[^:]*cpu[^:]*:`+cgPath+`$`, string(cg), "the sandbox is in the pod's cgroup")
+	dir, quotaFile, want := "/sys/fs/cgroup/cpu"+cgPath, "cpu.cfs_quota_us", "150000"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil { // cgroup v2
+		dir, quotaFile, want = "/sys/fs/cgroup"+cgPath, "cpu.max", "150000 100000"
+	}
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(strings.Fields(string(procs))), 2, "the sandbox and its stub(s): %q", procs)
+	quota, err := os.ReadFile(filepath.Join(dir, quotaFile))
+	require.NoError(t, err)
+	require.Equal(t, want, strings.TrimSpace(string(quota)))
+	_, _, err = c.Ctr("tasks", "kill", "-s", "SIGKILL", id2)
+	require.NoError(t, err)
+	waitStatus(t, c, id2, "STOPPED")
+	removeTask(t, c, id2)
+	noLeftovers(t, c, id2)
+}

@@ -1,10 +1,11 @@
 package runtime
 
 import (
+	"github.com/endovisor/endo/cgroupfair"
+
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -226,10 +227,7 @@ func ResourcesFromOCI(l *specs.Linux) Resources {
 	if m := l.Resources.Memory; m != nil && m.Limit != nil && *m.Limit > 0 {
 		r.MemoryBytes = *m.Limit
 	}
-	if c := l.Resources.CPU; c != nil && c.Quota != nil && *c.Quota > 0 && c.Period != nil && *c.Period > 0 {
-		n := int(math.Ceil(float64(*c.Quota) / float64(*c.Period)))
-		r.VCPUs = max(1, min(n, goruntime.NumCPU()))
-	}
+	r.VCPUs = cgroupfair.VCPUs(l.Resources, goruntime.NumCPU())
 	return r
 }
 

@@ -1,6 +1,10 @@
 package shim
 
 import (
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/endovisor/endo/cgroupfair"
+
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +29,8 @@ const sandboxBinary = "endo"
 type sandboxProc struct {
 	cmd    *exec.Cmd
 	client *control.Client
+	cgroup *cgroupfair.Pod
+	cgOnce sync.Once
 
 	exited chan struct{} // closed when the process is gone
 	mu     sync.Mutex
@@ -75,6 +81,21 @@ func bootSandbox(ctx context.Context, pod string, b *runtime.Bundle) (_ *sandbox
 		VCPUs:       b.Resources.VCPUs,
 		Hostname:    b.Hostname,
 	}
+	// The pod's cgroup: the sandbox, and the stubs it starts, live there, so that Linux divides
+	// CPU and memory between pods (see package cgroupfair).
+	var lres *specs.LinuxResources
+	cgPath := ""
+	if b.Spec.Linux != nil {
+		lres, cgPath = b.Spec.Linux.Resources, b.Spec.Linux.CgroupsPath
+	}
+	cgPath, err = cgroupfair.PathFor(cgPath, pod)
+	if err != nil {
+		return nil, err
+	}
+	cg, err := cgroupfair.Create(cgPath, lres)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, append([]string{"boot"}, cfg.Args()...)...)
 	cmd.Dir = "/"
 	// The sandbox's diagnostics go where the shim's go: containerd's shim log.
@@ -83,9 +104,10 @@ func bootSandbox(ctx context.Context, pod string, b *runtime.Bundle) (_ *sandbox
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	ec, err := reaper.Default.StartLocked(cmd)
 	if err != nil {
+		cg.Delete()
 		return nil, fmt.Errorf("start sandbox %s: %w", bin, err)
 	}
-	s := &sandboxProc{cmd: cmd, exited: make(chan struct{})}
+	s := &sandboxProc{cmd: cmd, cgroup: cg, exited: make(chan struct{})}
 	go func() {
 		st, err := reaper.Default.Wait(cmd, ec)
 		if err != nil {
@@ -102,6 +124,9 @@ func bootSandbox(ctx context.Context, pod string, b *runtime.Bundle) (_ *sandbox
 			s.kill()
 		}
 	}()
+	if err := cg.Add(cmd.Process.Pid); err != nil {
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	alive := func() error {
@@ -148,6 +173,25 @@ func (s *sandboxProc) kill() {
 	if s.client != nil {
 		s.client.Close()
 	}
+	s.removeCgroup()
+}
+
+// removeCgroup deletes the pod's cgroup once the sandbox's stubs, which die with it, are gone.
+func (s *sandboxProc) removeCgroup() {
+	s.cgOnce.Do(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := s.cgroup.Delete()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				log.L.WithError(err).Warn("endo: pod cgroup left behind")
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 // Stop asks the sandbox to shut down, and kills it if it has not within a few seconds.
