@@ -103,12 +103,21 @@ func (p *Pod) Add(pid int) error {
 	return nil
 }
 
-// withOverhead copies res with SandboxOverheadBytes added to a memory limit.
+// withOverhead copies res with SandboxOverheadBytes added to a memory limit, and without what
+// does not apply to a sandbox.
 func withOverhead(res *specs.LinuxResources) *specs.LinuxResources {
 	if res == nil {
 		return &specs.LinuxResources{}
 	}
 	r := *res
+	if res.CPU != nil {
+		// The sandbox's threads never use real-time scheduling on the host (the kernelet
+		// schedules the tenant's own policies), and hosts without RT group scheduling refuse
+		// these files.
+		c := *res.CPU
+		c.RealtimePeriod, c.RealtimeRuntime = nil, nil
+		r.CPU = &c
+	}
 	if res.Memory != nil && res.Memory.Limit != nil && *res.Memory.Limit > 0 {
 		m := *res.Memory
 		limit := *m.Limit + SandboxOverheadBytes

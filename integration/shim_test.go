@@ -374,3 +374,23 @@ func TestShimPodCgroup(t *testing.T) {
 	removeTask(t, c, id2)
 	noLeftovers(t, c, id2)
 }
+
+// Update of a running pod's CPU limit changes its vCPUs: a new process sees it in nproc.
+func TestShimUpdateChangesVCPUs(t *testing.T) {
+	c, img := startEndo(t)
+	const id = "endo-update"
+	_, stderr, err := c.Nerdctl("run", "-d", "--net", "none", "--name", id, "--cpus", "1", "--runtime", harness.RuntimeEndo, img, "sleep", "30")
+	require.NoError(t, err, "stderr: %s; containerd log:\n%s", stderr, c.LogTail(30))
+	out, _, err := c.Nerdctl("exec", id, "nproc")
+	require.NoError(t, err)
+	require.Equal(t, "1\n", out)
+	// nerdctl v2.0.5's `update --cpus 2` sends the old quota; the explicit flags work.
+	_, stderr, err = c.Nerdctl("update", "--cpu-quota", "200000", "--cpu-period", "100000", id)
+	require.NoError(t, err, "stderr: %s", stderr)
+	out, _, err = c.Nerdctl("exec", id, "nproc")
+	require.NoError(t, err)
+	require.Equal(t, "2\n", out, "containerd log:\n%s", c.LogTail(40))
+	_, stderr, err = c.Nerdctl("rm", "-f", id)
+	require.NoError(t, err, "stderr: %s", stderr)
+	noLeftovers(t, c, id)
+}

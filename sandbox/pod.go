@@ -388,3 +388,18 @@ func (p *pod) Shutdown() {
 	}
 	// Started processes are stopped by their reap once the kernel's Close has killed them.
 }
+
+// Update resizes the pod's kernel: its vCPUs follow the pod's new CPU limit.
+func (p *pod) Update(_ context.Context, r *control.UpdateRequest) error {
+	p.mu.Lock()
+	k, err := p.kernel()
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := k.SetVCPUs(r.VCPUs); err != nil {
+		return err
+	}
+	p.logf("pod resized: %d vCPUs", r.VCPUs)
+	return nil
+}

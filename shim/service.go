@@ -1,6 +1,10 @@
 package shim
 
 import (
+	goruntime "runtime"
+
+	"github.com/endovisor/endo/cgroupfair"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -610,8 +614,29 @@ func (s *Service) Checkpoint(ctx context.Context, r *taskv3.CheckpointTaskReques
 }
 
 // Update of resources is not supported yet.
+// Update applies new resources to the pod: its cgroup's limits, and the sandbox's vCPU count.
 func (s *Service) Update(ctx context.Context, r *taskv3.UpdateTaskRequest) (*emptypb.Empty, error) {
-	return nil, toGRPC(fmt.Errorf("update: %w", errdefs.ErrNotImplemented))
+	if r.Resources == nil {
+		return nil, toGRPC(fmt.Errorf("update %s: no resources: %w", r.ID, errdefs.ErrInvalidArgument))
+	}
+	var res specs.LinuxResources
+	// The Any holds runtime-spec LinuxResources as JSON (typeurl's encoding of non-proto types).
+	if err := json.Unmarshal(r.Resources.GetValue(), &res); err != nil {
+		return nil, toGRPC(fmt.Errorf("update %s: resources: %w: %w", r.ID, err, errdefs.ErrInvalidArgument))
+	}
+	sb, err := s.sandbox()
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	if err := sb.cgroup.Update(&res); err != nil {
+		return nil, toGRPC(fmt.Errorf("update %s: %w", r.ID, err))
+	}
+	vcpus := cgroupfair.VCPUs(&res, goruntime.NumCPU())
+	log.G(ctx).WithField("id", r.ID).WithField("vcpus", vcpus).Info("endo: pod resources updated")
+	if err := sb.client.Update(ctx, control.UpdateRequest{VCPUs: vcpus}); err != nil {
+		return nil, toGRPC(fmt.Errorf("update %s: %w", r.ID, err))
+	}
+	return &emptypb.Empty{}, nil
 }
 
 // Connect reports the shim's and the sandbox's host pids.

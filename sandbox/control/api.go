@@ -82,5 +82,10 @@ type ResizeRequest struct {
 	Height uint32 `json:"height"`
 }
 
+// UpdateRequest changes the pod's resources; VCPUs is the pod's new vCPU count.
+type UpdateRequest struct {
+	VCPUs int `json:"vcpus"`
+}
+
 // Empty is a reply with nothing in it.
 type Empty struct{}

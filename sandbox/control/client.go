@@ -164,6 +164,11 @@ func (c *Client) Stats(ctx context.Context, id string) (StatsReply, error) {
 	return r, err
 }
 
+// Update tells the sandbox the pod's new resources.
+func (c *Client) Update(ctx context.Context, req UpdateRequest) error {
+	return c.call(ctx, "Update", &req, nil)
+}
+
 // ResizePty tells a terminal process that its window changed.
 func (c *Client) ResizePty(ctx context.Context, req ResizeRequest) error {
 	return c.call(ctx, "ResizePty", &req, nil)

@@ -78,6 +78,7 @@ func (h *echoHandler) Stats(context.Context, string) (*StatsReply, error) {
 	return &StatsReply{MemoryBytes: 4096}, nil
 }
 func (h *echoHandler) ResizePty(context.Context, *ResizeRequest) error { return nil }
+func (h *echoHandler) Update(context.Context, *UpdateRequest) error    { return nil }
 func (h *echoHandler) Delete(context.Context, *ProcRequest) error      { return nil }
 func (h *echoHandler) Shutdown()                                       { h.once.Do(func() { close(h.shutdown) }) }
 

@@ -28,6 +28,7 @@ type Handler interface {
 	Pids(ctx context.Context, id string) (*PidsReply, error)
 	Stats(ctx context.Context, id string) (*StatsReply, error)
 	ResizePty(ctx context.Context, req *ResizeRequest) error
+	Update(ctx context.Context, req *UpdateRequest) error
 	Delete(ctx context.Context, req *ProcRequest) error
 	// Shutdown stops every process; Serve calls it once, before it stops serving, so that
 	// pending Waits get their replies.
@@ -224,6 +225,9 @@ func (s *server) methods() map[string]ttrpc.Method {
 		}),
 		"ResizePty": method(func(ctx context.Context, r *ResizeRequest) (any, error) {
 			return nil, h.ResizePty(ctx, r)
+		}),
+		"Update": method(func(ctx context.Context, r *UpdateRequest) (any, error) {
+			return nil, h.Update(ctx, r)
 		}),
 		"Delete": method(func(ctx context.Context, r *ProcRequest) (any, error) {
 			return nil, h.Delete(ctx, r)

@@ -113,6 +113,12 @@ func (k *Kernel) Close() error {
 	return k.grant.Close()
 }
 
+// SetVCPUs changes the kernel's vCPU count (the pod's CPU limit changed); new processes see it
+// in sched_getaffinity (nproc) and /proc/cpuinfo.
+func (k *Kernel) SetVCPUs(n int) error {
+	return k.sched.Resize(n)
+}
+
 // Timings returns the crossing timings taken at the first process's start.
 func (k *Kernel) Timings() Timings {
 	k.mu.Lock()

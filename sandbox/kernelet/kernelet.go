@@ -15,6 +15,8 @@ import (
 type Kernelet struct {
 	onWait  func() // called (without the lock) when a task has to wait for a vCPU
 	mu      sync.Mutex
+	n       int // the vCPUs there are to be; held ones beyond it go when released
+	nextID  int
 	vcpus   []*VCPU
 	free    []*VCPU
 	waiters []chan *VCPU // FIFO of tasks waiting for a vCPU
@@ -30,7 +32,7 @@ func New(n int) (*Kernelet, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("kernelet: %d vCPUs", n)
 	}
-	k := &Kernelet{}
+	k := &Kernelet{n: n, nextID: n}
 	for i := 0; i < n; i++ {
 		v := &VCPU{ID: i}
 		k.vcpus = append(k.vcpus, v)
@@ -46,7 +48,55 @@ func New(n int) (*Kernelet, error) {
 func (k *Kernelet) OnWait(f func()) { k.onWait = f }
 
 // N is the number of vCPUs.
-func (k *Kernelet) N() int { return len(k.vcpus) }
+func (k *Kernelet) N() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.n
+}
+
+// Resize changes the number of vCPUs (the pod's CPU limit changed): new ones serve waiting tasks
+// at once; when shrinking, free vCPUs go first and held ones as their tasks give them back.
+func (k *Kernelet) Resize(n int) error {
+	if n < 1 {
+		return fmt.Errorf("kernelet: %d vCPUs", n)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for len(k.vcpus) < n {
+		v := &VCPU{ID: k.nextID}
+		k.nextID++
+		k.vcpus = append(k.vcpus, v)
+		k.give(v)
+	}
+	k.n = n
+	for len(k.vcpus) > n && len(k.free) > 0 {
+		v := k.free[len(k.free)-1]
+		k.free = k.free[:len(k.free)-1]
+		k.drop(v)
+	}
+	return nil
+}
+
+// give hands a vCPU to the first waiter or puts it in the free set (k.mu held).
+func (k *Kernelet) give(v *VCPU) {
+	if len(k.waiters) > 0 {
+		ch := k.waiters[0]
+		k.waiters = k.waiters[1:]
+		ch <- v
+		return
+	}
+	k.free = append(k.free, v)
+}
+
+// drop removes a vCPU for good (k.mu held).
+func (k *Kernelet) drop(v *VCPU) {
+	for i, x := range k.vcpus {
+		if x == v {
+			k.vcpus = append(k.vcpus[:i], k.vcpus[i+1:]...)
+			return
+		}
+	}
+}
 
 // Acquire blocks until a vCPU is free and gives it to the caller; waiters are served in order.
 func (k *Kernelet) Acquire() *VCPU {
@@ -86,17 +136,16 @@ func (k *Kernelet) Waiting() bool {
 	return len(k.waiters) > 0
 }
 
-// Release gives a vCPU back: to the first waiter, or to the free set.
+// Release gives a vCPU back: to the first waiter, or to the free set, or away when the kernelet
+// has shrunk.
 func (k *Kernelet) Release(v *VCPU) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.waiters) > 0 {
-		ch := k.waiters[0]
-		k.waiters = k.waiters[1:]
-		ch <- v
+	if len(k.vcpus) > k.n {
+		k.drop(v)
 		return
 	}
-	k.free = append(k.free, v)
+	k.give(v)
 }
 
 // Idle is the number of free vCPUs.

@@ -58,3 +58,26 @@ func TestTryAcquireYieldsToWaiters(t *testing.T) {
 	_, err = New(0)
 	require.Error(t, err)
 }
+
+func TestResize(t *testing.T) {
+	k, err := New(1)
+	require.NoError(t, err)
+	a := k.Acquire()
+	got := make(chan *VCPU)
+	go func() { got <- k.Acquire() }()
+	for !k.Waiting() {
+		runtime.Gosched()
+	}
+	require.NoError(t, k.Resize(2))
+	b := <-got // the new vCPU served the waiter at once
+	require.NotEqual(t, a.ID, b.ID)
+	require.Equal(t, 2, k.N())
+
+	require.NoError(t, k.Resize(1))
+	require.Equal(t, 1, k.N())
+	k.Release(a) // held beyond the new size: it goes
+	require.Nil(t, k.TryAcquire(), "only one vCPU, and it is held")
+	k.Release(b)
+	require.NotNil(t, k.TryAcquire())
+	require.Error(t, k.Resize(0))
+}
