@@ -124,6 +124,10 @@ func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
 	return t.wait(sandboxSpin)
 }
 
+// StopSpinning ends the stub's spin window of the current stop: the task has given up its vCPU,
+// so its stub thread must sleep, not spin.
+func (t *Thread) StopSpinning() { atomic.StoreUint64(t.spin, 0) }
+
 // Exit ends the stub thread without waiting.
 func (t *Thread) Exit() {
 	t.post(slotFExit, 0)

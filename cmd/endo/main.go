@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/endovisor/endo/sandbox/kernel"
 	"golang.org/x/sys/unix"
@@ -72,6 +73,7 @@ func run(args []string) int {
 	cpus := fs.Int("cpus", 0, "vCPUs (0: the host's)")
 	cwd := fs.String("cwd", "/", "working directory inside the sandbox")
 	cpuprofile := fs.String("cpuprofile", "", "write the sandbox's CPU profile to this file")
+	probe := fs.Bool("probe", false, "sample how many sandbox threads Linux has runnable at once, and report the most")
 	verbose := fs.Bool("v", false, "log the sandbox's own messages (crossing timings) to stderr")
 	var env envFlags
 	fs.Var(&env, "env", "environment variable K=V for the program (repeatable)")
@@ -126,7 +128,15 @@ func run(args []string) int {
 		}
 		return exitEndoError
 	}
+	if *probe {
+		k.StartProbe(time.Millisecond)
+	}
 	st := p.Wait()
+	if *probe {
+		r := k.StopProbe()
+		fmt.Fprintf(os.Stderr, "endo: probe: at most %d tasks runnable at once on %d vCPUs; %d of %d samples saw more than %d\n",
+			r.MostRunnable, k.VCPUs(), r.OverVCPUs, r.Samples, k.VCPUs())
+	}
 	if st.OOMKilled {
 		fmt.Fprintf(os.Stderr, "endo: %s was killed: out of memory (the sandbox's %d bytes are used up)\n", argv[0], *memory)
 	}

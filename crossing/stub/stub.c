@@ -147,8 +147,9 @@ extern void stub_boot(void);
 /* Wait until the sandbox posts RESUME: spin for the cycles it granted, then sleep. */
 static void wait_resume(struct slot *s)
 {
-	u64 spin = s->spin, t0 = rdtsc();
-	while (rdtsc() - t0 < spin) {
+	u64 t0 = rdtsc();
+	/* The window is read on every turn: the sandbox ends it when the task gives up its vCPU. */
+	while (rdtsc() - t0 < __atomic_load_n(&s->spin, __ATOMIC_RELAXED)) {
 		if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == STATE_RESUME)
 			return;
 		__builtin_ia32_pause();

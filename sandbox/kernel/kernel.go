@@ -37,6 +37,7 @@ type Kernel struct {
 	unimpl     map[uint64]int
 	releasing  sync.WaitGroup // processes whose memory is being given back
 	preempting bool           // the preemption ticker runs (guarded by mu)
+	probe      *probe
 	faults     FaultCounts
 	refilling  sync.WaitGroup // spare stubs being started
 	spares     chan spareStub // stubs started ahead, for fork and spawn
@@ -112,6 +113,9 @@ func (k *Kernel) Close() error {
 	}
 	return k.grant.Close()
 }
+
+// VCPUs is the kernel's vCPU count.
+func (k *Kernel) VCPUs() int { return k.sched.N() }
 
 // SetVCPUs changes the kernel's vCPU count (the pod's CPU limit changed); new processes see it
 // in sched_getaffinity (nproc) and /proc/cpuinfo.

@@ -35,6 +35,7 @@ type Task struct {
 	alone       bool          // it ended by exit(2) while other tasks of its process go on
 	killed      atomic.Bool   // asked to end (exit_group or execve by another task)
 	inTenant    atomic.Int64  // when the task last resumed tenant code (unix ns), 0 while in the kernel
+	carrier     atomic.Int32  // the host thread id of the task's goroutine (for the probe)
 
 	spin spinState
 }
@@ -103,6 +104,7 @@ func (t *Task) adapt(elapsed uint64) {
 func (t *Task) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	t.recordCarrier()
 	sched := t.p.k.sched
 	t.vcpu = sched.Acquire()
 	started := time.Now()
@@ -203,22 +205,30 @@ func (t *Task) preempt() {
 func (t *Task) yield() {
 	sched := t.p.k.sched
 	if sched.Waiting() {
-		sched.Release(t.vcpu)
+		t.giveUpVCPUs()
 		t.vcpu = sched.Acquire()
 	}
 }
 
-// blocking runs fn (which may block in the host) without holding the vCPU. fn should also
-// return when t.interrupt is poked (a signal came).
-func (t *Task) blocking(fn func()) {
+// giveUpVCPUs releases the task's vCPU and any spare it borrowed; its stub thread stops spinning,
+// since a thread without a vCPU must not be runnable.
+func (t *Task) giveUpVCPUs() {
 	sched := t.p.k.sched
+	t.th.StopSpinning()
 	if t.spare != nil {
 		sched.Release(t.spare)
 		t.spare = nil
 	}
 	sched.Release(t.vcpu)
+	t.vcpu = nil
+}
+
+// blocking runs fn (which may block in the host) without holding the vCPU. fn should also
+// return when t.interrupt is poked (a signal came).
+func (t *Task) blocking(fn func()) {
+	t.giveUpVCPUs()
 	fn()
-	t.vcpu = sched.Acquire()
+	t.vcpu = t.p.k.sched.Acquire()
 }
 
 // exitGroup ends the whole process with st: the other tasks see their stub threads die.
