@@ -132,13 +132,23 @@ func native(t *testing.T, args ...string) result {
 	return runCmd(t, "", "chroot", append([]string{rootfs}, args...)...)
 }
 
+// requireNoStubs checks that no stub is left: none orphaned, none under this test's endo. Stubs
+// of other sandboxes running on the machine (their endo still alive) are not this test's.
 func requireNoStubs(t *testing.T) {
 	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err == nil && bytes.HasPrefix(b, []byte("endo-stub")) {
-			t.Errorf("a stub process is left behind: %s", p)
+		if err != nil || !bytes.Contains(b, []byte("(endo-stub)")) {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		parent, _ := os.ReadFile("/proc/" + f[1] + "/cmdline")
+		if f[1] == "1" || bytes.HasPrefix(parent, []byte(endoBin)) {
+			t.Errorf("a stub process is left behind: %s (parent %s)", p, f[1])
 		}
 	}
 }
