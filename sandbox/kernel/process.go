@@ -59,7 +59,7 @@ type sigaction struct {
 
 func newProcess(k *Kernel, pid int, c *container, cwd string) *Process {
 	return &Process{
-		k: k, pid: pid, c: c, fs: c.fs, fds: vfs.NewFDTable(), cwd: cwd, pgid: pid,
+		k: k, pid: pid, c: c, fs: k.procView(c, pid), fds: vfs.NewFDTable(), cwd: cwd, pgid: pid,
 		children: map[int]*Process{}, childEvent: make(chan struct{}, 1),
 		umask: 0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
 	}

@@ -427,13 +427,17 @@ func sysChdir(t *Task, a sysargs) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Never hold p.mu across a vfs call: /proc's provider takes it.
 	t.p.mu.Lock()
-	defer t.p.mu.Unlock()
-	cwd, err := t.p.fs.Chdir(t.p.cwd, p)
+	cwd := t.p.cwd
+	t.p.mu.Unlock()
+	cwd, err = t.p.fs.Chdir(cwd, p)
 	if err != nil {
 		return 0, err
 	}
+	t.p.mu.Lock()
 	t.p.cwd = cwd
+	t.p.mu.Unlock()
 	return 0, nil
 }
 

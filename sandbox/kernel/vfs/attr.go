@@ -17,6 +17,13 @@ func (fs *FS) Chown(cwd, p string, uid, gid int, follow bool) error {
 	if err != nil {
 		return err
 	}
+	res, r, err := fs.synthAt(r, follow)
+	if err != nil {
+		return err
+	}
+	if res != nil {
+		return unix.EPERM
+	}
 	if r.m.kind == mountDev {
 		if _, err := fs.dev.lookup(r); err != nil {
 			return err
@@ -45,6 +52,13 @@ func (fs *FS) Utimens(cwd, p string, ts [2]unix.Timespec, follow bool) error {
 	r, err := fs.resolve(cwd, p)
 	if err != nil {
 		return err
+	}
+	res, r, err := fs.synthAt(r, follow)
+	if err != nil {
+		return err
+	}
+	if res != nil {
+		return unix.EPERM
 	}
 	if r.m.kind == mountDev {
 		if _, err := fs.dev.lookup(r); err != nil {
@@ -83,6 +97,13 @@ func (fs *FS) Statfs(cwd, p string) (unix.Statfs_t, error) {
 	if err != nil {
 		return unix.Statfs_t{}, err
 	}
+	res, r, err := fs.synthAt(r, true)
+	if err != nil {
+		return unix.Statfs_t{}, err
+	}
+	if res != nil {
+		return procStatfs(), nil
+	}
 	if r.m.kind == mountDev {
 		if _, err := fs.dev.lookup(r); err != nil {
 			return unix.Statfs_t{}, err
@@ -115,6 +136,9 @@ func devStatfs() unix.Statfs_t {
 
 // Statfs is fstatfs(2).
 func (f *File) Statfs() (unix.Statfs_t, error) {
+	if f.syn != nil {
+		return procStatfs(), nil
+	}
 	if f.dev != nil {
 		return devStatfs(), nil
 	}
@@ -123,6 +147,9 @@ func (f *File) Statfs() (unix.Statfs_t, error) {
 
 // Chown is fchown(2).
 func (f *File) Chown(uid, gid int) error {
+	if f.syn != nil {
+		return unix.EPERM
+	}
 	if f.dev != nil {
 		return unix.EROFS
 	}
@@ -134,6 +161,9 @@ func (f *File) Chown(uid, gid int) error {
 
 // Utimens is futimens(2).
 func (f *File) Utimens(ts [2]unix.Timespec) error {
+	if f.syn != nil {
+		return unix.EPERM
+	}
 	if f.dev != nil {
 		return unix.EROFS
 	}
@@ -152,7 +182,7 @@ func (f *File) Utimens(ts [2]unix.Timespec) error {
 
 // Fallocate is fallocate(2).
 func (f *File) Fallocate(mode uint32, off, length int64) error {
-	if f.dev != nil {
+	if f.dev != nil || f.syn != nil {
 		return unix.ENODEV
 	}
 	if f.mount != nil && f.mount.ro {

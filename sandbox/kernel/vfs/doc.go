@@ -16,8 +16,11 @@
 //   - The mount for a path is chosen by longest prefix of the lexically cleaned absolute path, so
 //     "link/.." means the directory holding "link" (as in a shell), not the parent of its target,
 //     and a symlink is confined to the mount it starts in: it never crosses into another mount.
-//   - /proc and /sys are not there yet (ENOENT); /dev holds null, zero, full, random, urandom and
-//     tty (ENXIO on open), plus the mount points of mounts under /dev.
+//   - /sys is not there yet (ENOENT); /dev holds null, zero, full, random, urandom and tty (ENXIO
+//     on open), plus the mount points of mounts under /dev.
+//   - /proc is served by the kernel through the Synthetic interface, in a per-process View (New
+//     alone leaves it absent). Its files are read-only snapshots made at open; its magic links
+//     (exe, fd/N) are readlink-only (ENOENT when a walk would follow them).
 //   - Modes given to Open and Mkdir are applied by the host, which also applies the sandbox
 //     process's umask: the kernel applies the tenant's umask and the sandbox runs with umask 0.
 //   - A blocking host call (pipe or tty read) cannot be interrupted by a tenant signal yet.

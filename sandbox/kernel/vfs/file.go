@@ -11,7 +11,7 @@ import (
 
 // File is an open file description: dup'ed and inherited fds share one File, and with it the
 // offset and status flags. Host-backed files hold one host fd, whose host offset is the offset;
-// the synthetic /dev files hold none.
+// the synthetic /dev and /proc files hold none.
 //
 // A File starts with one reference; IncRef/DecRef count the fd-table entries and in-flight calls
 // that use it, and the host fd is closed when the count drops to zero.
@@ -21,6 +21,7 @@ type File struct {
 	fd    int          // host fd, or -1
 	dev   *devNode     // synthetic /dev node, or nil
 	devfs *devFS       // for dev's stat and listing
+	syn   *synthFile   // a /proc entry's snapshot, or nil
 	mount *mountPoint  // the mount it was opened through (nil for HostFile and /dev)
 	path  string       // path inside the container as opened (lexically cleaned)
 	host  *os.File     // kept alive for HostFile so its finalizer does not close fd
@@ -170,6 +171,9 @@ func (f *File) MayBlock() bool {
 
 // IsDir reports whether the File is a directory.
 func (f *File) IsDir() bool {
+	if f.syn != nil {
+		return f.syn.isDir()
+	}
 	if f.dev != nil {
 		return f.dev.kind == devDir
 	}
@@ -256,6 +260,12 @@ func pollFd(fd int, events int16, timeout int) (bool, error) {
 
 // Read reads into p at the file offset.
 func (f *File) Read(p []byte) (int, error) {
+	if f.syn != nil {
+		if !f.canRead() {
+			return 0, unix.EBADF
+		}
+		return f.syn.read([][]byte{p})
+	}
 	if f.dev != nil {
 		if !f.canRead() {
 			return 0, unix.EBADF
@@ -267,6 +277,12 @@ func (f *File) Read(p []byte) (int, error) {
 
 // ReadV reads into several slices (tenant memory) with one host call.
 func (f *File) ReadV(bufs [][]byte) (int, error) {
+	if f.syn != nil {
+		if !f.canRead() {
+			return 0, unix.EBADF
+		}
+		return f.syn.read(bufs)
+	}
 	if f.dev != nil {
 		if !f.canRead() {
 			return 0, unix.EBADF
@@ -293,6 +309,9 @@ func (f *File) ReadV(bufs [][]byte) (int, error) {
 // Write writes p at the file offset (at the end with O_APPEND). A blocking tenant fd that may
 // block gets all of p written, as the kernel does for pipes.
 func (f *File) Write(p []byte) (int, error) {
+	if f.syn != nil {
+		return 0, unix.EBADF // /proc files are only ever opened for reading
+	}
 	if f.dev != nil {
 		if !f.canWrite() {
 			return 0, unix.EBADF
@@ -323,6 +342,9 @@ func (f *File) completeWrites() bool {
 
 // WriteV writes several slices (tenant memory) with one host call when it can.
 func (f *File) WriteV(bufs [][]byte) (int, error) {
+	if f.syn != nil {
+		return 0, unix.EBADF
+	}
 	if f.dev != nil {
 		if !f.canWrite() {
 			return 0, unix.EBADF
@@ -378,6 +400,12 @@ func skipBytes(bufs [][]byte, n int) [][]byte {
 
 // Pread reads at off without moving the file offset.
 func (f *File) Pread(p []byte, off int64) (int, error) {
+	if f.syn != nil {
+		if !f.canRead() {
+			return 0, unix.EBADF
+		}
+		return f.syn.readAt(p, off)
+	}
 	if f.dev != nil {
 		if off < 0 {
 			return 0, unix.EINVAL
@@ -398,6 +426,9 @@ func (f *File) Pread(p []byte, off int64) (int, error) {
 
 // Pwrite writes at off without moving the file offset.
 func (f *File) Pwrite(p []byte, off int64) (int, error) {
+	if f.syn != nil {
+		return 0, unix.EBADF
+	}
 	if f.dev != nil {
 		if off < 0 {
 			return 0, unix.EINVAL
@@ -418,6 +449,12 @@ func (f *File) Pwrite(p []byte, off int64) (int, error) {
 
 // Seek moves the file offset (whence: SEEK_SET, SEEK_CUR, SEEK_END, SEEK_DATA, SEEK_HOLE).
 func (f *File) Seek(off int64, whence int) (int64, error) {
+	if f.syn != nil {
+		if f.flags.Load()&unix.O_PATH != 0 {
+			return 0, unix.EBADF
+		}
+		return f.syn.seek(off, whence)
+	}
 	if f.dev != nil {
 		if f.flags.Load()&unix.O_PATH != 0 {
 			return 0, unix.EBADF
@@ -442,6 +479,9 @@ func (f *File) Seek(off int64, whence int) (int64, error) {
 
 // Stat is fstat(2).
 func (f *File) Stat() (unix.Stat_t, error) {
+	if f.syn != nil {
+		return synthStat(&f.syn.node, f.syn.canon), nil
+	}
 	if f.dev != nil {
 		return f.devfs.stat(f.dev), nil
 	}
@@ -452,6 +492,9 @@ func (f *File) Stat() (unix.Stat_t, error) {
 
 // Statx is statx(2) on the file (AT_EMPTY_PATH).
 func (f *File) Statx(mask uint32) (unix.Statx_t, error) {
+	if f.syn != nil {
+		return statxFromStat(synthStat(&f.syn.node, f.syn.canon)), nil
+	}
 	if f.dev != nil {
 		return statxFromStat(f.devfs.stat(f.dev)), nil
 	}
@@ -462,6 +505,12 @@ func (f *File) Statx(mask uint32) (unix.Statx_t, error) {
 
 // Getdents fills p with linux_dirent64 records, as getdents64(2) returns them.
 func (f *File) Getdents(p []byte) (int, error) {
+	if f.syn != nil {
+		if f.flags.Load()&unix.O_PATH != 0 {
+			return 0, unix.EBADF
+		}
+		return f.syn.getdents(p)
+	}
 	if f.dev != nil {
 		if f.flags.Load()&unix.O_PATH != 0 {
 			return 0, unix.EBADF
@@ -487,6 +536,9 @@ func (f *File) Getdents(p []byte) (int, error) {
 
 // Truncate is ftruncate(2).
 func (f *File) Truncate(size int64) error {
+	if f.syn != nil {
+		return unix.EINVAL
+	}
 	if f.dev != nil {
 		return unix.EINVAL
 	}
@@ -498,7 +550,7 @@ func (f *File) Truncate(size int64) error {
 
 // Sync is fsync(2).
 func (f *File) Sync() error {
-	if f.dev != nil {
+	if f.dev != nil || f.syn != nil {
 		return unix.EINVAL
 	}
 	return ignoreEINTR(func() error { return unix.Fsync(f.fd) })
@@ -506,7 +558,7 @@ func (f *File) Sync() error {
 
 // Datasync is fdatasync(2).
 func (f *File) Datasync() error {
-	if f.dev != nil {
+	if f.dev != nil || f.syn != nil {
 		return unix.EINVAL
 	}
 	return ignoreEINTR(func() error { return unix.Fdatasync(f.fd) })
@@ -514,7 +566,7 @@ func (f *File) Datasync() error {
 
 // Chmod is fchmod(2).
 func (f *File) Chmod(mode uint32) error {
-	if f.dev != nil {
+	if f.dev != nil || f.syn != nil {
 		return unix.EPERM
 	}
 	if f.flags.Load()&unix.O_PATH != 0 {

@@ -25,7 +25,8 @@ type mountKind int
 const (
 	mountHost   mountKind = iota // a host directory or file, reached through fd
 	mountDev                     // the sandbox's own /dev
-	mountHidden                  // /proc and /sys: not there yet, everything is ENOENT
+	mountHidden                  // /sys: not there yet, everything is ENOENT
+	mountSynth                   // /proc: served by the view's Synthetic (ENOENT without one)
 )
 
 // mountPoint is one entry of the container's mount table.
@@ -38,9 +39,16 @@ type mountPoint struct {
 	hostPath string // what /proc/self/fd shows for fd; used to turn host paths into container paths
 }
 
-// FS is one container's view: its rootfs, its mounts over it, and the sandbox's own /dev. It is
-// safe for concurrent use.
+// FS is one container's view: its rootfs, its mounts over it, the sandbox's own /dev and, in a
+// process's View, the kernel's /proc. It is safe for concurrent use.
 type FS struct {
+	*fsCore
+	proc  Synthetic // serves /proc; nil: /proc is absent (ENOENT)
+	asker int       // the pid handed to proc.Lookup (what "self" means)
+}
+
+// fsCore is what every View of one container's FS shares: the mounts and their lifetime.
+type fsCore struct {
 	mounts []*mountPoint // longest dest first; the root "/" is last
 	dev    *devFS
 
@@ -75,7 +83,7 @@ const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 // New opens the container's rootfs and mounts. The host paths are opened once, here; later lookups
 // only use the resulting fds.
 func New(rootfs string, mounts []Mount) (*FS, error) {
-	fs := &FS{dev: newDevFS()}
+	fs := &FS{fsCore: &fsCore{dev: newDevFS()}}
 	root, err := openMountRoot(rootfs, true)
 	if err != nil {
 		return nil, fmt.Errorf("vfs: rootfs %q: %w", rootfs, err)
@@ -120,7 +128,7 @@ func New(rootfs string, mounts []Mount) (*FS, error) {
 	}
 	fs.mounts = append(fs.mounts,
 		&mountPoint{dest: "/dev", kind: mountDev, fd: -1, dir: true},
-		&mountPoint{dest: "/proc", kind: mountHidden, fd: -1, dir: true},
+		&mountPoint{dest: "/proc", kind: mountSynth, fd: -1, dir: true},
 		&mountPoint{dest: "/sys", kind: mountHidden, fd: -1, dir: true},
 	)
 	sort.SliceStable(fs.mounts, func(i, j int) bool { return len(fs.mounts[i].dest) > len(fs.mounts[j].dest) })
@@ -231,7 +239,7 @@ func (fs *FS) resolve(cwd, p string) (resolved, error) {
 	if r.rel == "" {
 		r.rel = "."
 	}
-	if r.m.kind == mountHidden {
+	if r.m.kind == mountHidden || r.m.kind == mountSynth && fs.proc == nil {
 		return r, unix.ENOENT
 	}
 	return r, nil

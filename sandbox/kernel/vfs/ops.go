@@ -57,6 +57,16 @@ func (fs *FS) open(cwd, p string, flags int, mode uint32, mayWait bool) (*File, 
 	flags = cleanOpenFlags(flags)
 	// What F_GETFL shows: the kernel drops the open-time-only flags; x86-64 forces O_LARGEFILE.
 	tenantFlags := flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_NOCTTY|unix.O_TRUNC) | unix.O_LARGEFILE
+	res, r, err := fs.synthAt(r, flags&unix.O_NOFOLLOW == 0)
+	if err == unix.ENOENT && flags&unix.O_CREAT != 0 {
+		return nil, unix.EACCES // nothing can be created in /proc
+	}
+	if err != nil {
+		return nil, err
+	}
+	if res != nil {
+		return openSynth(r.m, res, flags, tenantFlags)
+	}
 	if r.m.kind == mountDev {
 		return fs.openDev(r, flags, tenantFlags)
 	}
@@ -204,6 +214,13 @@ func (fs *FS) Stat(cwd, p string, follow bool) (unix.Stat_t, error) {
 	if err != nil {
 		return unix.Stat_t{}, err
 	}
+	res, r, err := fs.synthAt(r, follow)
+	if err != nil {
+		return unix.Stat_t{}, err
+	}
+	if res != nil {
+		return synthStat(&res.node, res.canon), nil
+	}
 	if r.m.kind == mountDev {
 		n, err := fs.dev.lookup(r)
 		if err != nil {
@@ -231,6 +248,13 @@ func (fs *FS) Statx(cwd, p string, follow bool, mask uint32) (unix.Statx_t, erro
 	if err != nil {
 		return unix.Statx_t{}, err
 	}
+	res, r, err := fs.synthAt(r, follow)
+	if err != nil {
+		return unix.Statx_t{}, err
+	}
+	if res != nil {
+		return statxFromStat(synthStat(&res.node, res.canon)), nil
+	}
 	if r.m.kind == mountDev {
 		n, err := fs.dev.lookup(r)
 		if err != nil {
@@ -257,6 +281,16 @@ func (fs *FS) Readlink(cwd, p string) (string, error) {
 	r, err := fs.resolve(cwd, p)
 	if err != nil {
 		return "", err
+	}
+	res, r, err := fs.synthAt(r, false)
+	if err != nil {
+		return "", err
+	}
+	if res != nil {
+		if !res.isLink() {
+			return "", unix.EINVAL
+		}
+		return res.node.Target, nil
 	}
 	if r.m.kind == mountDev {
 		if _, err := fs.dev.lookup(r); err != nil {
@@ -299,6 +333,16 @@ func (fs *FS) Access(cwd, p string, mode uint32) error {
 	if err != nil {
 		return err
 	}
+	res, r, err := fs.synthAt(r, true)
+	if err != nil {
+		return err
+	}
+	if res != nil {
+		if mode&unix.W_OK != 0 || mode&unix.X_OK != 0 && !res.isDir() {
+			return unix.EACCES
+		}
+		return nil
+	}
 	if r.m.kind == mountDev {
 		n, err := fs.dev.lookup(r)
 		if err != nil {
@@ -338,6 +382,16 @@ func (fs *FS) Chdir(cwd, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	res, r, err := fs.synthAt(r, true)
+	if err != nil {
+		return "", err
+	}
+	if res != nil {
+		if !res.isDir() {
+			return "", unix.ENOTDIR
+		}
+		return res.containerPath(r.m), nil
+	}
 	if r.m.kind == mountDev {
 		n, err := fs.dev.lookup(r)
 		if err != nil {
@@ -365,6 +419,13 @@ func (fs *FS) Chmod(cwd, p string, mode uint32) error {
 	r, err := fs.resolve(cwd, p)
 	if err != nil {
 		return err
+	}
+	res, r, err := fs.synthAt(r, true)
+	if err != nil {
+		return err
+	}
+	if res != nil {
+		return unix.EPERM
 	}
 	if r.m.kind == mountDev {
 		if _, err := fs.dev.lookup(r); err != nil {
@@ -402,6 +463,16 @@ func (fs *FS) Truncate(cwd, p string, size int64) error {
 	r, err := fs.resolve(cwd, p)
 	if err != nil {
 		return err
+	}
+	res, r, err := fs.synthAt(r, true)
+	if err != nil {
+		return err
+	}
+	if res != nil {
+		if res.isDir() {
+			return unix.EISDIR
+		}
+		return unix.EACCES
 	}
 	if r.m.kind == mountDev {
 		n, err := fs.dev.lookup(r)
@@ -473,6 +544,16 @@ func (fs *FS) parent(cwd, p string) (*parentRef, error) {
 	}
 	if ref.r, err = fs.resolve("/", dir); err != nil {
 		return nil, err
+	}
+	if ref.r.m.kind == mountSynth {
+		// Nothing in /proc can be made, removed or renamed. (Symlinks in the directory part are
+		// not followed out of /proc here: every name operation there is refused anyway.)
+		if !ref.mountPoint {
+			if _, _, err := fs.synthWalk(ref.r, true); err != nil {
+				return nil, err
+			}
+		}
+		return nil, unix.EACCES
 	}
 	if ref.r.m.kind == mountDev {
 		if ref.r.rel != "." {
