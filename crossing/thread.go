@@ -243,3 +243,29 @@ func (t *Thread) CopyFPState(from *Thread) error {
 	copy(dst, src)
 	return nil
 }
+
+// FPState returns a copy of the FPU state the thread trapped with (nil if none is found).
+func (t *Thread) FPState() []byte {
+	b := t.fpState()
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// SetFPState gives the thread, when it resumes, the FPU state in b (from FPState, kept by the
+// tenant across a signal handler). The software-reserved words that tell the host kernel the
+// frame's layout stay the stub's own; the host checks the rest when the stub returns from its
+// handler.
+func (t *Thread) SetFPState(b []byte) error {
+	dst := t.fpState()
+	if dst == nil || len(b) != len(dst) {
+		return fmt.Errorf("stub thread FPU state: %d bytes for %d", len(b), len(dst))
+	}
+	copy(dst[:swReservedMagic], b[:swReservedMagic])
+	if len(dst) > fxsaveSize {
+		// The XSAVE area, less the trailing magic word.
+		copy(dst[fxsaveSize:len(dst)-4], b[fxsaveSize:len(b)-4])
+	}
+	return nil
+}

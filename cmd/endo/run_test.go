@@ -68,7 +68,7 @@ func makeRootfs(root string) error {
 			return err
 		}
 	}
-	for _, t := range []string{"hello", "segv", "hostile", "threads", "cow", "spin"} {
+	for _, t := range []string{"hello", "segv", "hostile", "threads", "cow", "spin", "sigfpu"} {
 		src := filepath.Join("..", "..", "tenants", t+".c")
 		out, err := exec.Command("gcc", "-static", "-O2", "-pthread", "-o", filepath.Join(bin, t), src).CombinedOutput()
 		if err != nil {
@@ -338,6 +338,12 @@ func TestBusyThreadsShareAVCPU(t *testing.T) {
 	require.Equal(t, result{"spin ok 3\n", "", 0}, got)
 }
 
+// A signal handler that changes the vector registers leaves the interrupted code's as they were:
+// the frame carries the FPU state.
+func TestSignalHandlerKeepsFPUState(t *testing.T) {
+	require.Equal(t, result{"fpu ok\n", "", 0}, endo(t, "/bin/sigfpu"))
+}
+
 // Copy-on-write after fork: 100 children each read, then write the parent's page; everyone
 // sees their own data, the reads take no fault, and each child's write takes its own.
 func TestCopyOnWriteFork(t *testing.T) {
@@ -349,5 +355,48 @@ func TestCopyOnWriteFork(t *testing.T) {
 	writes, _ := strconv.Atoi(m[2])
 	require.Equal(t, 0, reads, "reads after fork take no fault")
 	require.GreaterOrEqual(t, writes, 100, "each child's first write is a copy-on-write fault")
+	requireNoStubs(t)
+}
+
+// /proc is the sandbox's own: busybox ps lists the container's processes (and only them) from
+// their stat and cmdline files, self is the reader, and maps shows the program's mappings.
+func TestProcAndPs(t *testing.T) {
+	// The loop waits until the background sleep has exec'd (its comm changes from sh); it is
+	// bounded so that a missing /proc fails the test instead of hanging it.
+	got := endo(t, "sh", "-c", `sleep 5 & for i in $(seq 1000); do [ "$(cat /proc/$!/comm)" = sleep ] && break; done; /bin/ps; kill $!`)
+	require.Equal(t, 0, got.code, got.stderr)
+	lines := strings.Split(strings.TrimSpace(got.stdout), "\n")
+	require.Len(t, lines, 4, got.stdout)
+	require.Regexp(t, `^\s*PID\s+USER\s+COMMAND$`, lines[0])
+	require.Regexp(t, `^\s*1 root\s+sh -c sleep 5 & for i`, lines[1])
+	require.Regexp(t, `^\s*2 root\s+sleep 5$`, lines[2])
+	require.Regexp(t, `^\s*\d+ root\s+/bin/ps$`, lines[3])
+
+	// The reader of /proc/self/stat is the shell's pid after exec.
+	got = endo(t, "sh", "-c", `echo $$; exec cat /proc/self/stat`)
+	require.Equal(t, 0, got.code, got.stderr)
+	pid, stat, _ := strings.Cut(got.stdout, "\n")
+	require.Regexp(t, `^`+pid+` \(cat\) R `, stat)
+
+	got = endo(t, "cat", "/proc/version")
+	require.Equal(t, 0, got.code, got.stderr)
+	require.Contains(t, got.stdout, "endo")
+
+	// Only the container's pids: the shell (1) and ls (2), never the host's.
+	got = endo(t, "sh", "-c", "ls /proc; true")
+	require.Equal(t, 0, got.code, got.stderr)
+	var pids []string
+	for _, name := range strings.Fields(got.stdout) {
+		if _, err := strconv.Atoi(name); err == nil {
+			pids = append(pids, name)
+		}
+	}
+	require.Equal(t, []string{"1", "2"}, pids, got.stdout)
+	require.Contains(t, strings.Fields(got.stdout), "self")
+
+	got = endo(t, "sh", "-c", "cat /proc/1/maps; true")
+	require.Equal(t, 0, got.code, got.stderr)
+	require.Regexp(t, `(?m)^[0-9a-f]+-[0-9a-f]+ r-xp [0-9a-f]+ 00:00 0 +/bin/sh$`, got.stdout)
+	require.Regexp(t, `(?m) \[stack\]$`, got.stdout)
 	requireNoStubs(t)
 }

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -9,9 +10,8 @@ import (
 
 // Signals: process-directed ones wait in Process.pending, and every task checks for deliverable
 // signals before it resumes tenant code. A handler runs on a frame the kernel builds on the
-// tenant's stack, laid out as Linux lays out rt_sigframe, and returns through rt_sigreturn.
-// The tenant's FPU state is not saved in the frame yet: handlers that interrupt code at a trap
-// point see and leave the FPU registers as they are.
+// tenant's stack, laid out as Linux lays out rt_sigframe (with the FPU state below it, which
+// uc_mcontext.fpstate points at), and returns through rt_sigreturn.
 
 const (
 	sigDfl = 0
@@ -170,7 +170,11 @@ func (t *Task) deliverSignals() {
 		}
 		if err := t.setupFrame(sig, act, sigInfo{code: 0}); err != nil {
 			p.k.cfg.Log("pid %d: signal %d: %v", p.pid, sig, err)
-			t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
+			if errors.Is(err, unix.ENOMEM) {
+				t.exitGroup(ExitStatus{Signal: unix.SIGKILL, OOMKilled: true})
+			} else {
+				t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
+			}
 			return
 		}
 		handled = true
@@ -180,6 +184,17 @@ func (t *Task) deliverSignals() {
 		t.restartSyscall()
 	}
 	t.interrupted = false
+}
+
+// copyOutRetry writes a signal frame; when the grant is short (a copy-on-write page of the stack
+// needs a frame), it waits for the memory of exited processes to come back and tries once more.
+func (t *Task) copyOutRetry(addr uint64, b []byte) error {
+	err := t.p.k.svc.CopyOut(t.p.as, addr, b)
+	if errors.Is(err, unix.ENOMEM) {
+		t.blocking(t.p.k.releasing.Wait)
+		err = t.p.k.svc.CopyOut(t.p.as, addr, b)
+	}
+	return err
 }
 
 // restartSyscall makes the tenant issue its interrupted system call again.
@@ -205,6 +220,15 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 	} else {
 		sp -= redZone
 	}
+	fp := t.th.FPState()
+	var fpAddr uint64
+	if fp != nil {
+		fpAddr = (sp - uint64(len(fp))) &^ 63 // XSAVE wants 64-byte alignment
+		if err := t.copyOutRetry(fpAddr, fp); err != nil {
+			return err
+		}
+		sp = fpAddr
+	}
 	size := uint64(8 + ucontextSize + siginfoSize)
 	sp = ((sp - size) &^ 15) - 8 // as if the handler had been called: rsp+8 is 16-aligned
 	uc := sp + 8
@@ -226,6 +250,7 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 	le.PutUint16(mc[144:], 0x33)        // cs
 	le.PutUint16(mc[150:], 0x2b)        // ss
 	le.PutUint64(mc[176:], uint64(sig)) // oldmask slot: not used by glibc
+	le.PutUint64(mc[184:], fpAddr)      // fpstate
 	mask := t.mask()
 	if t.savedMask != nil {
 		mask = *t.savedMask
@@ -240,7 +265,7 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 	} else {
 		le.PutUint32(inf[16:], uint32(info.pid))
 	}
-	if err := t.p.k.svc.CopyOut(t.p.as, sp, f); err != nil {
+	if err := t.copyOutRetry(sp, f); err != nil {
 		return err
 	}
 	r.Rsp = sp
@@ -275,6 +300,16 @@ func sysRtSigreturn(t *Task, a sysargs) (uint64, error) {
 	const userFlags = 0x50dd5 // the flags a tenant may set: CF PF AF ZF SF TF DF OF AC
 	r.Eflags = r.Eflags&^userFlags | g(17)&userFlags
 	t.setMask(le.Uint64(u[296:]) &^ unblockable)
+	if fpAddr := le.Uint64(mc[184:]); fpAddr != 0 {
+		if cur := t.th.FPState(); cur != nil {
+			saved := make([]byte, len(cur))
+			if err := t.p.k.svc.CopyIn(t.p.as, saved, fpAddr); err != nil {
+				t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
+				return 0, nil
+			}
+			t.th.SetFPState(saved)
+		}
+	}
 	// A signal that came while the handler ran may be deliverable now.
 	return r.Rax, nil
 }
