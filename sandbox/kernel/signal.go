@@ -65,26 +65,34 @@ func (p *Process) Signal(sig unix.Signal) error {
 	if p.exited() {
 		return fmt.Errorf("process %d: %w", p.pid, unix.ESRCH)
 	}
+	return p.post(sig, nil)
+}
+
+// post sends sig to the process, or with t non-nil to that task alone (tgkill). A signal
+// nobody handles and nobody blocks takes its default action at once; otherwise it waits as
+// pending and the task that will take it is kicked.
+func (p *Process) post(sig unix.Signal, t *Task) error {
 	if sig == unix.SIGKILL {
 		p.terminate(ExitStatus{Signal: sig})
 		return nil
 	}
 	p.mu.Lock()
 	act := p.sigacts[sig]
-	if act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig) {
+	if act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig) || len(p.tasks) == 0 {
 		p.mu.Unlock()
 		return nil
 	}
-	if len(p.tasks) == 0 {
-		p.mu.Unlock()
-		return nil
-	}
-	// The first task that does not block the signal takes it.
-	t := p.tasks[0]
-	for _, x := range p.tasks {
-		if x.mask()&sigbit(sig) == 0 {
-			t = x
-			break
+	pending := &p.pending
+	if t != nil {
+		pending = &t.pending
+	} else {
+		// The first task that does not block the signal takes it.
+		t = p.tasks[0]
+		for _, x := range p.tasks {
+			if x.mask()&sigbit(sig) == 0 {
+				t = x
+				break
+			}
 		}
 	}
 	blocked := t.mask()&sigbit(sig) != 0
@@ -93,7 +101,7 @@ func (p *Process) Signal(sig unix.Signal) error {
 		p.terminate(ExitStatus{Signal: sig})
 		return nil
 	}
-	p.pending |= sigbit(sig)
+	*pending |= sigbit(sig)
 	p.mu.Unlock()
 	if !blocked {
 		t.kick()
@@ -414,28 +422,4 @@ func sysRtSigsuspend(t *Task, a sysargs) (uint64, error) {
 }
 
 // signalThread sends a thread-directed signal (tgkill, tkill).
-func (t *Task) signalThread(sig unix.Signal) error {
-	p := t.p
-	if sig == unix.SIGKILL {
-		p.terminate(ExitStatus{Signal: sig})
-		return nil
-	}
-	p.mu.Lock()
-	act := p.sigacts[sig]
-	if act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig) {
-		p.mu.Unlock()
-		return nil
-	}
-	blocked := t.mask()&sigbit(sig) != 0
-	if act.handler == sigDfl && !blocked {
-		p.mu.Unlock()
-		p.terminate(ExitStatus{Signal: sig})
-		return nil
-	}
-	t.pending |= sigbit(sig)
-	p.mu.Unlock()
-	if !blocked {
-		t.kick()
-	}
-	return nil
-}
+func (t *Task) signalThread(sig unix.Signal) error { return t.p.post(sig, t) }
