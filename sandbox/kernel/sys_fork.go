@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -188,15 +189,15 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 	}
 	// No way back from here: failures kill the process, as on Linux.
 	for _, v := range p.as.VMAs() {
-		if err := k(p).svc.Unmap(p.as, v.Start, v.End-v.Start); err != nil {
-			k(p).cfg.Log("pid %d: execve: unmap: %v", p.pid, err)
+		if err := p.k.svc.Unmap(p.as, v.Start, v.End-v.Start); err != nil {
+			p.k.cfg.Log("pid %d: execve: unmap: %v", p.pid, err)
 			t.exitGroup(ExitStatus{Signal: unix.SIGKILL})
 			return 0, nil
 		}
 	}
 	regs, err := p.load(img, img.argv, env)
 	if err != nil {
-		k(p).cfg.Log("pid %d: execve %s: %v", p.pid, path, err)
+		p.k.cfg.Log("pid %d: execve %s: %v", p.pid, path, err)
 		t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
 		return 0, nil
 	}
@@ -216,12 +217,10 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 	return 0, nil
 }
 
-func k(p *Process) *Kernel { return p.k }
-
 // unwrapErrno keeps the errno of an error with context, for the tenant.
 func unwrapErrno(err error) error {
 	var e unix.Errno
-	if ok := asErrno(err, &e); ok {
+	if errors.As(err, &e) {
 		return e
 	}
 	return unix.ENOEXEC

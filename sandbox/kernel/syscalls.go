@@ -87,8 +87,6 @@ func (t *Task) syscall() {
 	r.Rax = v
 }
 
-func asErrno(err error, e *unix.Errno) bool { return errors.As(err, e) }
-
 func negErrno(e unix.Errno) uint64 { return uint64(-int64(e)) }
 
 // errnoOf finds the errno an error carries; an error without one is a kernel bug, logged.
