@@ -63,7 +63,7 @@ func makeRootfs(root string) error {
 		return err
 	}
 	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty",
-		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date", "dd"} {
+		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date", "dd", "yes"} {
 		if err := os.Symlink("busybox", filepath.Join(bin, a)); err != nil {
 			return err
 		}
@@ -304,6 +304,7 @@ func TestShellScriptsMatchNative(t *testing.T) {
 		"grep-sed":       `grep -c root /etc/passwd; echo hello | sed s/h/j/`,
 		"expr":           `expr 6 \* 7`,
 		"clock-in-child": `(date +%Y); date +%Y | cat`,
+		"sigpipe":        `yes | head -1; cat /bin/busybox | head -c 3 | wc -c`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			want := native(t, "sh", "-c", script)

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -103,7 +104,16 @@ func sysWrite(t *Task, a sysargs) (uint64, error) {
 	}
 	var n int
 	t.io(f, func() { n, err = f.WriteV(bufs) })
-	return uint64(n), err
+	return uint64(n), t.brokenPipe(err)
+}
+
+// brokenPipe raises SIGPIPE for a write to a pipe nobody reads, as Linux does; the call still
+// fails with EPIPE if the signal is ignored or handled.
+func (t *Task) brokenPipe(err error) error {
+	if errors.Is(err, unix.EPIPE) {
+		t.signalThread(unix.SIGPIPE)
+	}
+	return err
 }
 
 // io runs a transfer, giving the vCPU back first if the file may block.
@@ -172,7 +182,7 @@ func sysWritev(t *Task, a sysargs) (uint64, error) {
 	}
 	var n int
 	t.io(f, func() { n, err = f.WriteV(bufs) })
-	return uint64(n), err
+	return uint64(n), t.brokenPipe(err)
 }
 
 func sysPread(t *Task, a sysargs) (uint64, error) {
@@ -774,7 +784,7 @@ func sysSendfile(t *Task, a sysargs) (uint64, error) {
 			if w > 0 {
 				break
 			}
-			return 0, err
+			return 0, t.brokenPipe(err)
 		}
 		w += m
 	}
