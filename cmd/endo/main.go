@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -131,7 +132,16 @@ func run(args []string) int {
 	if *probe {
 		k.StartProbe(time.Millisecond)
 	}
+	// Signals to endo are the program's, as with a container runtime's foreground run.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	go func() {
+		for s := range sigs {
+			p.Signal(s.(syscall.Signal))
+		}
+	}()
 	st := p.Wait()
+	signal.Stop(sigs)
 	if *probe {
 		r := k.StopProbe()
 		fmt.Fprintf(os.Stderr, "endo: probe: at most %d tasks runnable at once on %d vCPUs; %d of %d samples saw more than %d\n",

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -399,5 +400,29 @@ func TestProcAndPs(t *testing.T) {
 	require.Equal(t, 0, got.code, got.stderr)
 	require.Regexp(t, `(?m)^[0-9a-f]+-[0-9a-f]+ r-xp [0-9a-f]+ 00:00 0 +/bin/sh$`, got.stdout)
 	require.Regexp(t, `(?m) \[stack\]$`, got.stdout)
+	requireNoStubs(t)
+}
+
+// A signal ends a program blocked reading a pipe: endo passes its own signals to the program,
+// and the program's wait in the host poll is cut short.
+func TestSignalEndsABlockedRead(t *testing.T) {
+	cmd := exec.Command(endoBin, "run", "--rootfs", rootfs, "--", "cat")
+	w, err := cmd.StdinPipe() // never written, never closed: cat blocks in read
+	require.NoError(t, err)
+	defer w.Close()
+	require.NoError(t, cmd.Start())
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 128+15, ee.ExitCode())
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("cat did not end on SIGTERM")
+	}
 	requireNoStubs(t)
 }

@@ -155,6 +155,13 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 func (p *Process) terminate(st ExitStatus) {
 	p.setStatus(st)
 	p.stub.Kill()
+	// Tasks waiting in the kernel (a pipe read, a sleep) must see it too.
+	p.mu.Lock()
+	tasks := append([]*Task(nil), p.tasks...)
+	p.mu.Unlock()
+	for _, t := range tasks {
+		t.wakeWaits()
+	}
 }
 
 // setStatus records how the process ended, unless a cause was recorded already.

@@ -112,8 +112,55 @@ func (p *Process) post(sig unix.Signal, t *Task) error {
 // kick makes the task notice a signal: out of tenant code through the preemption signal, out of
 // a blocking kernel wait through its interrupt channel.
 func (t *Task) kick() {
-	notify(t.interrupt)
+	t.wakeWaits()
 	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
+}
+
+// wakeWaits cuts short a kernel wait of the task: the channel for waits in Go, the eventfd for
+// waits in a host poll.
+func (t *Task) wakeWaits() {
+	notify(t.interrupt)
+	t.intrMu.Lock()
+	defer t.intrMu.Unlock()
+	if t.intrFd > 0 {
+		var one [8]byte
+		one[0] = 1
+		unix.Write(t.intrFd, one[:])
+	}
+}
+
+// interruptFd is the task's eventfd for host polls, made on first use; a stale count from an
+// earlier wake is drained (signals that came meanwhile are pending, and io checks for them).
+func (t *Task) interruptFd() (int, error) {
+	t.intrMu.Lock()
+	defer t.intrMu.Unlock()
+	if t.intrFd <= 0 {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return -1, err
+		}
+		t.intrFd = fd
+	}
+	var b [8]byte
+	unix.Read(t.intrFd, b[:])
+	return t.intrFd, nil
+}
+
+// closeInterrupt frees the eventfd when the task ends.
+func (t *Task) closeInterrupt() {
+	t.intrMu.Lock()
+	defer t.intrMu.Unlock()
+	if t.intrFd > 0 {
+		unix.Close(t.intrFd)
+		t.intrFd = 0
+	}
+}
+
+// signalPending reports a signal the task would take now.
+func (t *Task) signalPending() bool {
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	return (t.p.pending|t.pending)&^t.mask() != 0
 }
 
 // sigPreemptHost is the host signal that makes a stub thread trap (crossing's SIG_PREEMPT).

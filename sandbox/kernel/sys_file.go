@@ -76,7 +76,9 @@ func sysRead(t *Task, a sysargs) (uint64, error) {
 		return 0, err
 	}
 	var n int
-	t.io(f, func() { n, err = f.ReadV(bufs) })
+	if ierr := t.io(f, unix.POLLIN, func() { n, err = f.ReadV(bufs) }); ierr != nil {
+		return 0, ierr
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -103,7 +105,9 @@ func sysWrite(t *Task, a sysargs) (uint64, error) {
 		return 0, err
 	}
 	var n int
-	t.io(f, func() { n, err = f.WriteV(bufs) })
+	if ierr := t.io(f, unix.POLLOUT, func() { n, err = f.WriteV(bufs) }); ierr != nil {
+		return 0, ierr
+	}
 	return uint64(n), t.brokenPipe(err)
 }
 
@@ -117,12 +121,47 @@ func (t *Task) brokenPipe(err error) error {
 }
 
 // io runs a transfer, giving the vCPU back first if the file may block.
-func (t *Task) io(f *vfs.File, fn func()) {
-	if f.MayBlock() {
-		t.blocking(fn)
-		return
+// io runs a transfer on f. A file that may block is first waited for without the vCPU, together
+// with the task's interrupt, so that a signal (or the process's end) cuts the wait short: io then
+// returns EINTR and fn does not run.
+func (t *Task) io(f *vfs.File, events int16, fn func()) error {
+	if !f.MayBlock() {
+		fn()
+		return nil
 	}
-	fn()
+	fd := f.HostFd()
+	if fd < 0 || f.Flags()&unix.O_NONBLOCK != 0 {
+		t.blocking(fn)
+		return nil
+	}
+	ifd, err := t.interruptFd()
+	if err != nil {
+		t.blocking(fn)
+		return nil
+	}
+	if t.signalPending() {
+		t.interrupted = true
+		return unix.EINTR
+	}
+	cut := false
+	t.blocking(func() {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(ifd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
+				break
+			}
+		}
+		if pfd[1].Revents != 0 {
+			cut = true
+			return
+		}
+		fn()
+	})
+	if cut {
+		t.interrupted = true
+		return unix.EINTR
+	}
+	return nil
 }
 
 // iovecs reads a tenant iovec array and returns the sandbox's views of its buffers.
@@ -166,7 +205,9 @@ func sysReadv(t *Task, a sysargs) (uint64, error) {
 		return 0, err
 	}
 	var n int
-	t.io(f, func() { n, err = f.ReadV(bufs) })
+	if ierr := t.io(f, unix.POLLIN, func() { n, err = f.ReadV(bufs) }); ierr != nil {
+		return 0, ierr
+	}
 	return uint64(n), err
 }
 
@@ -181,7 +222,9 @@ func sysWritev(t *Task, a sysargs) (uint64, error) {
 		return 0, err
 	}
 	var n int
-	t.io(f, func() { n, err = f.WriteV(bufs) })
+	if ierr := t.io(f, unix.POLLOUT, func() { n, err = f.WriteV(bufs) }); ierr != nil {
+		return 0, ierr
+	}
 	return uint64(n), t.brokenPipe(err)
 }
 
@@ -771,7 +814,9 @@ func sysSendfile(t *Task, a sysargs) (uint64, error) {
 			return 0, err
 		}
 	} else {
-		t.io(in, func() { n, err = in.Read(buf) })
+		if ierr := t.io(in, unix.POLLIN, func() { n, err = in.Read(buf) }); ierr != nil {
+			return 0, ierr
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -779,7 +824,9 @@ func sysSendfile(t *Task, a sysargs) (uint64, error) {
 	w := 0
 	for w < n {
 		var m int
-		t.io(out, func() { m, err = out.Write(buf[w:n]) })
+		if ierr := t.io(out, unix.POLLOUT, func() { m, err = out.Write(buf[w:n]) }); ierr != nil {
+			err = ierr
+		}
 		if err != nil {
 			if w > 0 {
 				break

@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -29,13 +30,15 @@ type Task struct {
 	savedMask   *uint64       // the mask to restore after a handler that interrupted sigsuspend
 	altstack    altstack
 	interrupt   chan struct{} // poked when a signal arrives while the task blocks in the kernel
-	interrupted bool          // the last system call was cut short by a signal (EINTR)
-	pending     uint64        // thread-directed signals (tgkill), guarded by p.mu
-	stop        bool          // the task has stopped running tenant code
-	alone       bool          // it ended by exit(2) while other tasks of its process go on
-	killed      atomic.Bool   // asked to end (exit_group or execve by another task)
-	inTenant    atomic.Int64  // when the task last resumed tenant code (unix ns), 0 while in the kernel
-	carrier     atomic.Int32  // the host thread id of the task's goroutine (for the probe)
+	intrMu      sync.Mutex
+	intrFd      int          // eventfd for the same, when the task waits in a host poll (0: none yet)
+	interrupted bool         // the last system call was cut short by a signal (EINTR)
+	pending     uint64       // thread-directed signals (tgkill), guarded by p.mu
+	stop        bool         // the task has stopped running tenant code
+	alone       bool         // it ended by exit(2) while other tasks of its process go on
+	killed      atomic.Bool  // asked to end (exit_group or execve by another task)
+	inTenant    atomic.Int64 // when the task last resumed tenant code (unix ns), 0 while in the kernel
+	carrier     atomic.Int32 // the host thread id of the task's goroutine (for the probe)
 
 	spin spinState
 }
@@ -148,6 +151,7 @@ func (t *Task) run() {
 	}
 	sched.Release(t.vcpu)
 	t.p.cpu.Add(int64(time.Since(started)))
+	t.closeInterrupt()
 	t.p.taskDone(t, ended)
 }
 
