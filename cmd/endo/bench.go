@@ -45,6 +45,7 @@ func bench(args []string) int {
 	b.row("copy-on-write fault after fork (ns/page)", "<= 1.2x (gVisor 1.5x)", nil, "2", "/bin/bench", "cow", "16")
 	b.startRow()
 	b.startTimings()
+	b.memTable()
 	return b.status
 }
 
@@ -152,4 +153,45 @@ func (b *bencher) startTimings() {
 	md, mt := median(direct), median(table)
 	fmt.Printf("%-44s %12.1f %12.1f %7.1f ns over a direct call\n", "service table no-op, direct vs table (ns)", md, mt, mt-md)
 	fmt.Printf("%-44s %s\n", "tenant round trip logged at start", strings.Join(rt, " "))
+}
+
+var memRow = regexp.MustCompile(`row=(\S+) median=([0-9.]+) p99=([0-9.]+) faults=([0-9.]+)`)
+
+// memTable runs the tenant's memory table natively and in a sandbox and prints both, row by row:
+// median and p99 of the samples in ns, and the page faults per sample (in Endo, the faults the
+// sandbox served, through getrusage).
+func (b *bencher) memTable() {
+	run := func(argv ...string) (map[string][4]string, []string, error) {
+		out, err := exec.Command(argv[0], argv[1:]...).Output()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %v", strings.Join(argv, " "), err)
+		}
+		rows := map[string][4]string{}
+		var order []string
+		for _, m := range memRow.FindAllStringSubmatch(string(out), -1) {
+			rows[m[1]] = [4]string{m[2], m[3], m[4]}
+			order = append(order, m[1])
+		}
+		return rows, order, nil
+	}
+	nat, order, err := run(filepath.Join(b.root, "bin", "bench"), "memtable", "100")
+	if err == nil {
+		var endo map[string][4]string
+		if endo, _, err = run(b.self, "run", "--rootfs", b.root, "--", "/bin/bench", "memtable", "100"); err == nil {
+			fmt.Printf("\n%-30s %22s %22s %8s %14s\n", "memory (ns; median / p99)", "native", "endo", "ratio", "faults n/e")
+			for _, name := range order {
+				n, e := nat[name], endo[name]
+				nm, _ := strconv.ParseFloat(n[0], 64)
+				em, _ := strconv.ParseFloat(e[0], 64)
+				ratio := 0.0
+				if nm > 0 {
+					ratio = em / nm
+				}
+				fmt.Printf("%-30s %10s / %9s %10s / %9s %7.2fx %6s / %5s\n", name, n[0], n[1], e[0], e[1], ratio, n[2], e[2])
+			}
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "endo bench: memory table: %v\n", err)
+	b.status = 1
 }

@@ -46,7 +46,8 @@ type Process struct {
 	tasks    []*Task // live tasks
 	live     int     // tasks whose goroutine has not ended
 
-	cpu       atomic.Int64 // nanoseconds of tenant and kernel time
+	cpu       atomic.Int64  // nanoseconds of tenant and kernel time
+	faults    atomic.Uint64 // page faults of its tenant code that reached the sandbox
 	exitOnce  sync.Once
 	statusSet bool
 	status    ExitStatus

@@ -59,7 +59,7 @@ func init() {
 		unix.SYS_TIME: sysTime, unix.SYS_NANOSLEEP: sysNanosleep,
 		unix.SYS_CLOCK_NANOSLEEP: sysClockNanosleep, unix.SYS_SCHED_YIELD: sysSchedYield,
 		unix.SYS_SCHED_GETAFFINITY: sysSchedGetaffinity, unix.SYS_KILL: sysKill,
-		unix.SYS_TGKILL: sysTgkill, unix.SYS_TKILL: sysTkill,
+		unix.SYS_TGKILL: sysTgkill, unix.SYS_TKILL: sysTkill, unix.SYS_GETRUSAGE: sysGetrusage,
 	} {
 		syscallTable[nr] = fn
 	}

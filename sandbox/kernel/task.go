@@ -180,6 +180,7 @@ func (t *Task) fault(tr crossing.Trap) {
 		} else {
 			t.p.k.faults.Reads.Add(1)
 		}
+		t.p.faults.Add(1)
 		ok, err := t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
 		if errors.Is(err, unix.ENOMEM) {
 			// Memory of processes that just exited may be on its way back: wait for it before
