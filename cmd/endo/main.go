@@ -115,6 +115,10 @@ func run(args []string) int {
 		return exitEndoError
 	}
 	defer k.Close()
+	// Signals to endo are the program's, as with a container runtime's foreground run; they
+	// are caught from before the program starts.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	p, err := k.Spawn(kernel.ProcessSpec{
 		Rootfs: *rootfs, Argv: argv, Env: env, Cwd: *cwd,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
@@ -132,9 +136,6 @@ func run(args []string) int {
 	if *probe {
 		k.StartProbe(time.Millisecond)
 	}
-	// Signals to endo are the program's, as with a container runtime's foreground run.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
 		for s := range sigs {
 			p.Signal(s.(syscall.Signal))

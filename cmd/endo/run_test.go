@@ -133,23 +133,36 @@ func native(t *testing.T, args ...string) result {
 	return runCmd(t, "", "chroot", append([]string{rootfs}, args...)...)
 }
 
+// stubs lists the stub processes on the machine and their parents' pids.
+func stubs() map[string]string {
+	out := map[string]string{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.HasPrefix(b, []byte("endo-stub\x00")) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		st, err := os.ReadFile(filepath.Join(dir, "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(f) >= 2 {
+			out[dir] = f[1]
+		}
+	}
+	return out
+}
+
 // requireNoStubs checks that no stub is left: none orphaned, none under this test's endo. Stubs
 // of other sandboxes running on the machine (their endo still alive) are not this test's.
 func requireNoStubs(t *testing.T) {
 	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte("(endo-stub)")) {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		parent, _ := os.ReadFile("/proc/" + f[1] + "/cmdline")
-		if f[1] == "1" || bytes.HasPrefix(parent, []byte(endoBin)) {
-			t.Errorf("a stub process is left behind: %s (parent %s)", p, f[1])
+	for dir, ppid := range stubs() {
+		parent, _ := os.ReadFile("/proc/" + ppid + "/cmdline")
+		if ppid == "1" || bytes.HasPrefix(parent, []byte(endoBin)) {
+			t.Errorf("a stub process is left behind: %s (parent %s)", dir, ppid)
 		}
 	}
 }
@@ -411,7 +424,12 @@ func TestSignalEndsABlockedRead(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Close()
 	require.NoError(t, cmd.Start())
-	time.Sleep(300 * time.Millisecond)
+	// Once the program's stub exists, endo catches signals (it does from before the spawn).
+	deadline := time.Now().Add(10 * time.Second)
+	for !hasStubChild(cmd.Process.Pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // and cat is blocked in its read
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -425,4 +443,14 @@ func TestSignalEndsABlockedRead(t *testing.T) {
 		t.Fatal("cat did not end on SIGTERM")
 	}
 	requireNoStubs(t)
+}
+
+// hasStubChild reports whether process pid has a stub among its children.
+func hasStubChild(pid int) bool {
+	for _, ppid := range stubs() {
+		if ppid == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }

@@ -247,6 +247,9 @@ void stub_main(u64 *sp)
 	sys3(NR_close_range, FD_ACK + 1, ~0U, 0);
 	if (sys6(NR_prctl, 38 /* PR_SET_NO_NEW_PRIVS */, 1, 0, 0, 0, 0) != 0)
 		die(122);
+	/* Exec'd from a memfd, the stub would be named after its descriptor: name it for ps. */
+	static const char name[16] = "endo-stub";
+	sys6(NR_prctl, 15 /* PR_SET_NAME */, (i64)name, 0, 0, 0, 0);
 
 	struct sigaction_k sa = {
 		.handler = (void *)handler,
