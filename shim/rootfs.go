@@ -39,8 +39,8 @@ var mountFlags = map[string]struct {
 // mountRootfs mounts containerd's snapshot mounts (overlay or bind, one normally) on target, in
 // order. On error, whatever it mounted is unmounted again.
 //
-// TODO(lead): switch to core/mount.All once go.sum has github.com/moby/sys/mountinfo; it also
-// handles overlay lowerdir lists longer than a page, which this does not.
+// containerd's core/mount.All would do this and also handle overlay lowerdir lists longer than a
+// page, which this does not; moving to it needs github.com/moby/sys/mountinfo in go.sum.
 func mountRootfs(ms []*types.Mount, target string) (retErr error) {
 	if len(ms) == 0 {
 		return nil
