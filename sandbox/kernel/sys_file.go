@@ -75,10 +75,7 @@ func sysRead(t *Task, a sysargs) (uint64, error) {
 	if err != nil || len(bufs) == 0 {
 		return 0, err
 	}
-	var n int
-	if ierr := t.io(f, unix.POLLIN, func() { n, err = f.ReadV(bufs) }); ierr != nil {
-		return 0, ierr
-	}
+	n, err := t.transfer(f, bufs, false)
 	if err != nil {
 		return 0, err
 	}
@@ -104,11 +101,25 @@ func sysWrite(t *Task, a sysargs) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	n, err := t.transfer(f, bufs, true)
+	return uint64(n), err
+}
+
+// transfer reads into bufs from f, or writes bufs to it: waiting without the vCPU when f may
+// block, and raising SIGPIPE for a write nobody reads.
+func (t *Task) transfer(f *vfs.File, bufs [][]byte, write bool) (int, error) {
 	var n int
-	if ierr := t.io(f, unix.POLLOUT, func() { n, err = f.WriteV(bufs) }); ierr != nil {
+	var err error
+	if write {
+		if ierr := t.io(f, unix.POLLOUT, func() { n, err = f.WriteV(bufs) }); ierr != nil {
+			return 0, ierr
+		}
+		return n, t.brokenPipe(err)
+	}
+	if ierr := t.io(f, unix.POLLIN, func() { n, err = f.ReadV(bufs) }); ierr != nil {
 		return 0, ierr
 	}
-	return uint64(n), t.brokenPipe(err)
+	return n, err
 }
 
 // brokenPipe raises SIGPIPE for a write to a pipe nobody reads, as Linux does; the call still
@@ -194,38 +205,22 @@ func (t *Task) iovecs(addr, cnt uint64, write bool) ([][]byte, error) {
 	return bufs, nil
 }
 
-func sysReadv(t *Task, a sysargs) (uint64, error) {
-	f, err := t.file(a[0])
-	if err != nil {
-		return 0, err
-	}
-	defer f.DecRef()
-	bufs, err := t.iovecs(a[1], a[2], true)
-	if err != nil || len(bufs) == 0 {
-		return 0, err
-	}
-	var n int
-	if ierr := t.io(f, unix.POLLIN, func() { n, err = f.ReadV(bufs) }); ierr != nil {
-		return 0, ierr
-	}
-	return uint64(n), err
-}
+func sysReadv(t *Task, a sysargs) (uint64, error)  { return vectorIO(t, a, false) }
+func sysWritev(t *Task, a sysargs) (uint64, error) { return vectorIO(t, a, true) }
 
-func sysWritev(t *Task, a sysargs) (uint64, error) {
+// vectorIO is readv and writev: an iovec array of tenant buffers, one transfer.
+func vectorIO(t *Task, a sysargs, write bool) (uint64, error) {
 	f, err := t.file(a[0])
 	if err != nil {
 		return 0, err
 	}
 	defer f.DecRef()
-	bufs, err := t.iovecs(a[1], a[2], false)
+	bufs, err := t.iovecs(a[1], a[2], !write)
 	if err != nil || len(bufs) == 0 {
 		return 0, err
 	}
-	var n int
-	if ierr := t.io(f, unix.POLLOUT, func() { n, err = f.WriteV(bufs) }); ierr != nil {
-		return 0, ierr
-	}
-	return uint64(n), t.brokenPipe(err)
+	n, err := t.transfer(f, bufs, write)
+	return uint64(n), err
 }
 
 func sysPread(t *Task, a sysargs) (uint64, error) {
