@@ -98,6 +98,15 @@ func (b *filterBuilder) checkIP(text Range, outside string) {
 	b.jump(bpf.JumpGreaterThan, uint32(text.End), outside, "")
 }
 
+// archPrctlSetFS is the "arch_prctl" label: only ARCH_SET_FS, the handler's TLS change.
+func (b *filterBuilder) archPrctlSetFS() {
+	b.label("arch_prctl")
+	b.load(argHi(0))
+	b.jump(bpf.JumpEqual, 0, "", "kill")
+	b.load(argLo(0))
+	b.jump(bpf.JumpEqual, archSetFS, "allow", "kill")
+}
+
 func argLo(i int) uint32 { return uint32(seccompArgsLo + 8*i) }
 func argHi(i int) uint32 { return uint32(seccompArgsLo + 8*i + 4) }
 
@@ -133,12 +142,7 @@ func tenantFilter(text Range) ([]bpf.RawInstruction, error) {
 	b.jump(bpf.JumpGreaterOrEqual, uint32(slots.Start), "", "kill")
 	b.jump(bpf.JumpGreaterOrEqual, uint32(slots.End), "kill", "allow")
 
-	// arch_prctl: only ARCH_SET_FS, for the sandbox's TLS changes.
-	b.label("arch_prctl")
-	b.load(argHi(0))
-	b.jump(bpf.JumpEqual, 0, "", "kill")
-	b.load(argLo(0))
-	b.jump(bpf.JumpEqual, archSetFS, "allow", "kill")
+	b.archPrctlSetFS()
 	return b.finish()
 }
 
@@ -202,11 +206,7 @@ func controlFilter(text Range) ([]bpf.RawInstruction, error) {
 	b.load(argHi(1))
 	b.jump(bpf.JumpEqual, 0, "allow", "kill")
 
-	b.label("arch_prctl")
-	b.load(argHi(0))
-	b.jump(bpf.JumpEqual, 0, "", "kill")
-	b.load(argLo(0))
-	b.jump(bpf.JumpEqual, archSetFS, "allow", "kill")
+	b.archPrctlSetFS()
 	return b.finish()
 }
 
