@@ -203,20 +203,30 @@ func (d *devFS) getdents(p []byte, off *int64) (int, error) {
 		default:
 			return written, nil
 		}
-		rec := direntLen(name)
-		if written+rec > len(p) {
-			if written == 0 {
-				return 0, unix.EINVAL
-			}
-			return written, nil
+		w, ok, err := appendDirent(p, written, ino, i+1, typ, name)
+		if !ok {
+			return w, err
 		}
-		putDirent(p[written:written+rec], ino, i+1, typ, name)
-		written += rec
+		written = w
 		*off = i + 1
 	}
 }
 
 // direntLen is the size of a linux_dirent64 record: 19 bytes of header, the name, a NUL, padded to 8.
+// appendDirent puts one record at p[written:] and returns the new length; ok is false when it
+// does not fit (with EINVAL if not even the first record fits).
+func appendDirent(p []byte, written int, ino uint64, off int64, typ uint8, name string) (n int, ok bool, err error) {
+	rec := direntLen(name)
+	if written+rec > len(p) {
+		if written == 0 {
+			return 0, false, unix.EINVAL
+		}
+		return written, false, nil
+	}
+	putDirent(p[written:written+rec], ino, off, typ, name)
+	return written + rec, true, nil
+}
+
 func direntLen(name string) int {
 	return (19 + len(name) + 1 + 7) &^ 7
 }

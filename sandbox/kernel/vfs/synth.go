@@ -321,15 +321,11 @@ func (s *synthFile) getdents(p []byte) (int, error) {
 		default:
 			return written, nil
 		}
-		rec := direntLen(name)
-		if written+rec > len(p) {
-			if written == 0 {
-				return 0, unix.EINVAL
-			}
-			return written, nil
+		w, ok, err := appendDirent(p, written, ino, i+1, typ, name)
+		if !ok {
+			return w, err
 		}
-		putDirent(p[written:written+rec], ino, i+1, typ, name)
-		written += rec
+		written = w
 		s.off = i + 1
 	}
 }
