@@ -280,14 +280,23 @@ func (p *pod) Wait(ctx context.Context, r *control.ProcRequest) (*control.WaitRe
 	return reply, nil
 }
 
-func (p *pod) Pids(_ context.Context, id string) (*control.PidsReply, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// containerKernel is the kernel, once container id is known to it (p.mu held).
+func (p *pod) containerKernel(id string) (*kernel.Kernel, error) {
 	k, err := p.kernel()
 	if err != nil {
 		return nil, err
 	}
 	if _, err := p.container(id); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (p *pod) Pids(_ context.Context, id string) (*control.PidsReply, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k, err := p.containerKernel(id)
+	if err != nil {
 		return nil, err
 	}
 	return &control.PidsReply{Pids: k.Pids(id)}, nil
@@ -296,11 +305,8 @@ func (p *pod) Pids(_ context.Context, id string) (*control.PidsReply, error) {
 func (p *pod) Stats(_ context.Context, id string) (*control.StatsReply, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k, err := p.kernel()
+	k, err := p.containerKernel(id)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := p.container(id); err != nil {
 		return nil, err
 	}
 	s := k.Stats(id)
