@@ -7,7 +7,7 @@ export GOFLAGS := -buildvcs=false
 export PATH := $(BIN):$(PATH)
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.cache/*') go.mod go.sum
-TENANTS := hello segv hostile threads cow spin bench
+TENANTS := $(basename $(notdir $(wildcard tenants/*.c)))
 
 .PHONY: all build deps stub tenants test vet hello bench demo clean
 

@@ -147,6 +147,13 @@ func (t *Thread) post(flags uint32, stubSpin uint64) bool {
 	return true
 }
 
+// rawWaitNanos bounds the first sleep of a carrier, which keeps its P: a garbage collection's
+// stop-the-world waits for it, so it must end (10 ms is the Go runtime's own preemption
+// quantum). It must also outlast the host's scheduler tick (4 ms at HZ=250, 10 ms at HZ=100):
+// a timer due before the tick makes the host reprogram the CPU's timer device at every sleep,
+// which on a paravirtualised host costs ~3 µs, a fifth of a one-CPU round trip.
+const rawWaitNanos = 10_000_000
+
 // wait spins for up to spin cycles, then sleeps: first keeping the P (a quick trap is likely),
 // then letting the runtime use it elsewhere.
 func (t *Thread) wait(spin uint64) error {
@@ -160,9 +167,9 @@ func (t *Thread) wait(spin uint64) error {
 		}
 	}
 	atomic.StoreUint32(t.sandboxSleeping, 1)
-	short := unix.Timespec{Nsec: 1e6}
+	short := unix.Timespec{Nsec: rawWaitNanos}
 	for i := 0; atomic.LoadUint32(t.state) == stateResume; i++ {
-		if i < 2 {
+		if i == 0 {
 			futexWaitRaw(t.state, stateResume, &short)
 		} else {
 			futexWaitBlocking(t.state, stateResume)

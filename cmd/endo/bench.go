@@ -20,6 +20,7 @@ func bench(args []string) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	tenants := fs.String("tenants", "", "directory whose bin/ holds the static tenant programs (bin/bench)")
 	runs := fs.Int("runs", 5, "interleaved runs per configuration; the median is reported")
+	only := fs.String("only", "", "run only the rows whose name matches this regular expression")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -32,7 +33,12 @@ func bench(args []string) int {
 		fmt.Fprintf(os.Stderr, "endo bench: %v\n", err)
 		return exitEndoError
 	}
-	b := &bencher{self: self, root: *tenants, runs: *runs}
+	filter, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "endo bench: --only: %v\n", err)
+		return 2
+	}
+	b := &bencher{self: self, root: *tenants, runs: *runs, only: filter}
 	fmt.Printf("%-44s %12s %12s %8s  %s\n", "benchmark", "native", "endo", "ratio", "target")
 	b.row("getpid, two CPUs (ns/call)", "<= 5x", nil, "2", "/bin/bench", "getpid", "200000")
 	b.row("getpid, pinned to one CPU (ns/call)", "<= 16x", []string{"taskset", "-c", "0"}, "1", "/bin/bench", "getpid", "50000")
@@ -43,17 +49,25 @@ func bench(args []string) int {
 	b.row("futex ping-pong, two threads (ns)", "<= 2.5x (gVisor 4.8x)", nil, "2", "/bin/bench", "futex", "2000")
 	b.row("sched_yield (ns)", "<= 2x (gVisor 6.7x)", nil, "2", "/bin/bench", "yield", "20000")
 	b.row("copy-on-write fault after fork (ns/page)", "<= 1.2x (gVisor 1.5x)", nil, "2", "/bin/bench", "cow", "16")
-	b.startRow()
-	b.startTimings()
-	b.memTable()
+	if b.wants("start") {
+		b.startRow()
+		b.startTimings()
+	}
+	if b.wants("memory") {
+		b.memTable()
+	}
 	return b.status
 }
 
 type bencher struct {
 	self, root string
 	runs       int
+	only       *regexp.Regexp
 	status     int
 }
+
+// wants says whether the row or table called name is to run.
+func (b *bencher) wants(name string) bool { return b.only.MatchString(name) }
 
 var nsLine = regexp.MustCompile(`ns=([0-9.]+)`)
 
@@ -81,6 +95,9 @@ func median(xs []float64) float64 {
 // row measures a tenant natively (chrooted into the tenants dir) and in Endo with cpus vCPUs,
 // under the same prefix (taskset), interleaving the two.
 func (b *bencher) row(name, target string, prefix []string, cpus string, tenant ...string) {
+	if !b.wants(name) {
+		return
+	}
 	var nat, endo []float64
 	for i := 0; i < b.runs; i++ {
 		n, _, err := b.measure(append(append(append([]string{}, prefix...), filepath.Join(b.root, tenant[0])), tenant[1:]...))

@@ -69,8 +69,12 @@ func makeRootfs(root string) error {
 			return err
 		}
 	}
-	for _, t := range []string{"hello", "segv", "hostile", "threads", "cow", "spin", "sigfpu"} {
-		src := filepath.Join("..", "..", "tenants", t+".c")
+	srcs, err := filepath.Glob(filepath.Join("..", "..", "tenants", "*.c"))
+	if err != nil || len(srcs) == 0 {
+		return fmt.Errorf("no tenant sources in ../../tenants: %v", err)
+	}
+	for _, src := range srcs {
+		t := strings.TrimSuffix(filepath.Base(src), ".c")
 		out, err := exec.Command("gcc", "-static", "-O2", "-pthread", "-o", filepath.Join(bin, t), src).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("build tenant %s: %v\n%s", t, err, out)
