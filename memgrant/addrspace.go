@@ -82,6 +82,7 @@ type AddressSpace struct {
 	pt        pageTable
 	faults    uint64
 	cowFaults uint64
+	hot       forkHot // pages written soon after a fork: copied at the next one
 	cowNext   uint64  // the page after the last copy-on-write break, and the window
 	cowWin    int     // that broke it: see breakCow
 	broken    error   // the first failed Apply; the host state is unknown from then on
@@ -699,6 +700,7 @@ func (as *AddressSpace) walk(addr, length uint64, write bool, fn func(f Frame, o
 			// The sandbox writes for the tenant: the tenant's own copy, as its write would.
 			// Exactly the pages written: the sandbox knows them, no need to guess.
 			as.cowFaults++
+			as.hot.note(page)
 			if err := as.breakCowRange(v, page, page+PageSize); err != nil {
 				return fmt.Errorf("access %#x+%#x: copy-on-write: %w", addr, length, err)
 			}
@@ -903,6 +905,29 @@ func (as *AddressSpace) Faults() uint64 {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	return as.faults
+}
+
+// Empty unmaps from the host everything the address space mapped there, in one batch, and then
+// releases the address space: its host process can serve a new one. The host's own reserved
+// ranges are not touched. On error the host may still map some frames: the caller must end the
+// host process before the frames go back with Release.
+func (as *AddressSpace) Empty() error {
+	as.mu.Lock()
+	if err := as.usable(); err != nil {
+		as.mu.Unlock()
+		return err
+	}
+	ops := make([]HostOp, 0, len(as.vmas))
+	for _, v := range as.vmas {
+		ops = append(ops, HostOp{Kind: OpUnmap, Addr: v.start, Length: v.end - v.start})
+	}
+	err := as.apply(ops)
+	as.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("empty address space: %w", err)
+	}
+	as.Release()
+	return nil
 }
 
 // Release drops every frame of the address space (process exit). Call it only once the

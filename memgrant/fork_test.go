@@ -357,3 +357,62 @@ func TestCowFaultsInOrderBreakInBatches(t *testing.T) {
 		require.Equal(t, patternAt(i*PageSize+1), cm[i*PageSize+1])
 	}
 }
+
+// A page that a child wrote after one fork is copied for the next child at fork time: neither
+// side takes a copy-on-write fault for it, and each still sees its own data.
+func TestForkCopiesThePagesChildrenWrote(t *testing.T) {
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	addr, err := x.as.Map(0, 4*PageSize, ProtRead|ProtWrite, 0, "data", pattern)
+	require.NoError(t, err)
+
+	c1 := fork(t, x)
+	require.NoError(t, c1.as.CopyOut(addr+PageSize, []byte("one")))
+	require.Equal(t, uint64(1), c1.as.CowFaults())
+	c1.as.Release()
+
+	require.NoError(t, x.as.CopyOut(addr+PageSize, []byte("P")))
+	c2 := fork(t, x)
+	require.Equal(t, "rw-", hostRights(t, x, addr+PageSize), "the parent keeps the hot page writable")
+	require.Equal(t, "rw-", hostRights(t, c2, addr+PageSize), "the child has its own copy")
+	require.Equal(t, "r--", hostRights(t, c2, addr), "other pages stay shared")
+	pf, _ := x.as.Translate(addr + PageSize)
+	cf, _ := c2.as.Translate(addr + PageSize)
+	require.NotEqual(t, pf, cf)
+	require.Equal(t, 1, x.g.Refs(pf))
+	require.Equal(t, "P", string(c2.local(t, addr+PageSize, 1)), "the copy is the parent's data at fork")
+	require.NoError(t, c2.as.CopyOut(addr+PageSize, []byte("two")))
+	require.NoError(t, x.as.CopyOut(addr+PageSize, []byte("Q")))
+	require.Zero(t, c2.as.CowFaults())
+	require.Equal(t, "two", string(c2.local(t, addr+PageSize, 3)))
+	require.Equal(t, "Q", string(x.local(t, addr+PageSize, 1)))
+	c2.as.Release()
+
+	// A program the child execs is not its parent's: its writes teach the parent nothing.
+	c3 := fork(t, x)
+	c3.as.ForgetParent()
+	require.NoError(t, c3.as.CopyOut(addr+3*PageSize, []byte("x")))
+	c3.as.Release()
+	c4 := fork(t, x)
+	require.Equal(t, "r--", hostRights(t, c4, addr+3*PageSize))
+}
+
+// Empty takes every tenant mapping out of the host and gives every frame back.
+func TestEmpty(t *testing.T) {
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	addr, err := x.as.Map(0, 8*PageSize, ProtRead|ProtWrite, 0, "data", pattern)
+	require.NoError(t, err)
+	require.NotZero(t, x.g.UsedBytes())
+	local, err := x.lm.HostAddr(addr)
+	require.NoError(t, err)
+	require.NoError(t, x.as.Empty())
+	require.Zero(t, x.g.UsedBytes())
+	maps, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(maps), "\n") {
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && lo <= local && local < hi {
+			require.NotContains(t, line, "rw-s", "the host still maps the frames: %s", line)
+		}
+	}
+	require.Error(t, x.as.Empty(), "an emptied address space is released")
+}
