@@ -116,6 +116,7 @@ type Stub struct {
 
 	mu      sync.Mutex
 	threads [sysmsgMaxThreads]*Thread
+	killed  atomic.Bool // Kill was called: the stub is going, it must not be reused
 }
 
 // Spawn starts a stub process whose memory comes from grant. The stub's first thread is
@@ -263,9 +264,37 @@ func (s *Stub) Exited() <-chan struct{} { return s.exited }
 // Kill ends the stub process; Exited tells when it is gone. The sysmsg mapping is released
 // once it is.
 func (s *Stub) Kill() {
+	s.killed.Store(true)
 	if s.proc != nil {
 		s.proc.Signal(syscall.SIGKILL)
 	}
+}
+
+// Reusable returns the stub's first thread when the stub can serve another process of the same
+// sandbox: it is alive and not being killed, and that thread is its only one and is stopped at a
+// trap (its process ended with exit or exit_group). The caller must then empty the stub's
+// tenant mappings before it runs anything else.
+func (s *Stub) Reusable() (*Thread, bool) {
+	if s.killed.Load() {
+		return nil, false
+	}
+	select {
+	case <-s.exited:
+		return nil, false
+	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.threads[0]
+	if t == nil || atomic.LoadUint32(t.state) != stateTrapped {
+		return nil, false
+	}
+	for _, o := range s.threads[1:] {
+		if o != nil && !o.Dead() {
+			return nil, false
+		}
+	}
+	return t, true
 }
 
 // Release waits for the stub to be gone and frees the sandbox's side of it.

@@ -342,12 +342,38 @@ type spareStub struct {
 func (k *Kernel) newStub() (*crossing.Stub, *crossing.Thread, error) {
 	select {
 	case s := <-k.spares:
-		k.refill()
+		if len(k.spares) == 0 {
+			k.refill()
+		}
 		return s.stub, s.th, nil
 	default:
 	}
 	k.refill()
 	return crossing.Spawn(k.grant.File())
+}
+
+// recycle empties the stub of an exited process and keeps it as a spare; it reports false (and
+// leaves the stub and the address space to the caller) when the stub cannot be kept.
+func (k *Kernel) recycle(stub *crossing.Stub, th *crossing.Thread, as *memgrant.AddressSpace) bool {
+	k.mu.Lock()
+	closed := k.closed
+	k.mu.Unlock()
+	if closed || len(k.spares) == cap(k.spares) {
+		stub.Kill()
+		return false
+	}
+	if err := as.Empty(); err != nil {
+		k.cfg.Log("recycle stub: %v", err)
+		stub.Kill()
+		return false
+	}
+	select {
+	case k.spares <- spareStub{stub, th}:
+		return true
+	default:
+		stub.Release()
+		return true
+	}
 }
 
 // refill starts one spare stub in the background, unless the kernel is closing.

@@ -86,7 +86,8 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 		return err
 	}
 	*th.Regs = regs
-	t.resumeFlags = crossing.ResumeResetFPU
+	// The stub may have served another process: nothing of its FPU state or FS base stays.
+	t.resumeFlags = crossing.ResumeResetFPU | crossing.ResumeSetFS
 	return nil
 }
 
@@ -208,19 +209,27 @@ func (p *Process) taskDone(t *Task, ended ExitStatus) {
 func (p *Process) finish(fallback ExitStatus) {
 	p.exitOnce.Do(func() {
 		p.setStatus(fallback)
-		p.stub.Kill()
+		// A stub whose process simply exited serves the next fork or spawn: starting a stub
+		// costs milliseconds, emptying one a single round trip of its control thread, done
+		// before the parent sees the exit so that its next fork finds the stub waiting.
+		th, reuse := p.stub.Reusable()
+		if !reuse {
+			p.stub.Kill()
+		}
 		p.fds.CloseAll()
 		if p.vforkDone != nil {
 			p.releaseVfork()
 		}
-		// The frames go back once the stub can no longer touch them; the parent need not
-		// wait for that to see its child exit.
-		p.k.releasing.Add(1)
-		go func() {
-			defer p.k.releasing.Done()
-			p.stub.Release()
-			p.as.Release()
-		}()
+		if !reuse || !p.k.recycle(p.stub, th, p.as) {
+			// The frames go back once the stub can no longer touch them; the parent need not
+			// wait for that to see its child exit.
+			p.k.releasing.Add(1)
+			go func() {
+				defer p.k.releasing.Done()
+				p.stub.Release()
+				p.as.Release()
+			}()
+		}
 		p.k.exited(p)
 		p.k.releaseContainer(p.c)
 		close(p.done)

@@ -188,6 +188,7 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 		return 0, err
 	}
 	// No way back from here: failures kill the process, as on Linux.
+	p.as.ForgetParent()
 	for _, v := range p.as.VMAs() {
 		if err := p.k.svc.Unmap(p.as, v.Start, v.End-v.Start); err != nil {
 			p.k.cfg.Log("pid %d: execve: unmap: %v", p.pid, err)
