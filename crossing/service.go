@@ -15,6 +15,7 @@ import (
 type Services struct {
 	Noop        func(x uint64) uint64
 	Map         func(as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot, flags memgrant.MapFlags, name string, fill memgrant.FillFunc) (uint64, error)
+	MapPages    func(as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot, flags memgrant.MapFlags, name string, src *memgrant.Pages) (uint64, error)
 	Unmap       func(as *memgrant.AddressSpace, addr, length uint64) error
 	Protect     func(as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot) error
 	HandleFault func(as *memgrant.AddressSpace, addr uint64, write bool) (bool, error)
@@ -40,18 +41,35 @@ func checkRange(as *memgrant.AddressSpace, addr, length uint64) error {
 	return nil
 }
 
+// checkMap refuses a mapping that is empty, wraps, or is placed beyond the tenant's part.
+func checkMap(as *memgrant.AddressSpace, addr, length uint64, flags memgrant.MapFlags) error {
+	if as == nil || length == 0 || length > TenantMax || addr+length < addr {
+		return fmt.Errorf("service map %#x+%#x: %w", addr, length, unix.EINVAL)
+	}
+	if flags&(memgrant.MapFixed|memgrant.MapFixedNoReplace) != 0 && addr+length > TenantMax {
+		return fmt.Errorf("service map %#x+%#x: beyond the tenant: %w", addr, length, unix.ENOMEM)
+	}
+	return nil
+}
+
 // NewServices builds the table over memgrant.
 func NewServices() *Services {
 	return &Services{
 		Noop: func(x uint64) uint64 { return noop(x) },
 		Map: func(as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot, flags memgrant.MapFlags, name string, fill memgrant.FillFunc) (uint64, error) {
-			if as == nil || length == 0 || length > TenantMax || addr+length < addr {
-				return 0, fmt.Errorf("service map %#x+%#x: %w", addr, length, unix.EINVAL)
-			}
-			if flags&(memgrant.MapFixed|memgrant.MapFixedNoReplace) != 0 && addr+length > TenantMax {
-				return 0, fmt.Errorf("service map %#x+%#x: beyond the tenant: %w", addr, length, unix.ENOMEM)
+			if err := checkMap(as, addr, length, flags); err != nil {
+				return 0, err
 			}
 			return as.Map(addr, length, prot, flags, name, fill)
+		},
+		MapPages: func(as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot, flags memgrant.MapFlags, name string, src *memgrant.Pages) (uint64, error) {
+			if err := checkMap(as, addr, length, flags); err != nil {
+				return 0, err
+			}
+			if src == nil {
+				return 0, fmt.Errorf("service map pages %#x+%#x: no pages: %w", addr, length, unix.EINVAL)
+			}
+			return as.MapPages(addr, length, prot, flags, name, src)
 		},
 		Unmap: func(as *memgrant.AddressSpace, addr, length uint64) error {
 			if as == nil || addr+length < addr {

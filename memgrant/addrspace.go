@@ -67,6 +67,7 @@ type vma struct {
 	fill       FillFunc
 	fillOff    uint64     // for fill: the source offset of start; for obj: the object offset of start
 	obj        *shmObject // the frames of a shared anonymous mapping
+	pages      *Pages     // frames that private pages share copy-on-write (MapPages)
 }
 
 // AddressSpace is one tenant address space: its VMAs, its software page table and the
@@ -194,9 +195,7 @@ func (as *AddressSpace) splitAt(addr uint64) {
 	r := *v
 	r.start = addr
 	r.fillOff += addr - v.start
-	if r.obj != nil {
-		r.obj.hold()
-	}
+	r.holdSources()
 	v.end = addr
 	as.vmas = append(as.vmas, nil)
 	copy(as.vmas[i+2:], as.vmas[i+1:])
@@ -276,6 +275,11 @@ func allowed(prot Prot, write bool) bool {
 // Under MapFixed it replaces what is there, like Linux, but only once the new pages are
 // ready: a failed Map leaves the old mapping intact.
 func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name string, fill func(off uint64, dst []byte) error) (uint64, error) {
+	return as.mapWith(addr, length, prot, flags, name, fill, nil)
+}
+
+// mapWith is Map, with pages (nil, or the source of fill) to share copy-on-write.
+func (as *AddressSpace) mapWith(addr, length uint64, prot Prot, flags MapFlags, name string, fill FillFunc, pages *Pages) (uint64, error) {
 	if prot&^protAll != 0 {
 		return 0, errf(unix.EINVAL, "map %#x+%#x: bad rights %#x", addr, length, uint8(prot))
 	}
@@ -324,10 +328,11 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 	}
 	end := start + length
 	v := &vma{start: start, end: end, prot: prot, flags: flags &^ (MapFixed | MapFixedNoReplace),
-		name: name, lazy: length > as.l.EagerLimit || flags&MapNoReserve != 0, fill: fill}
+		name: name, lazy: length > as.l.EagerLimit || flags&MapNoReserve != 0, fill: fill, pages: pages}
 
 	// The new pages first: if that fails, nothing has changed.
 	var ops []HostOp
+	var sharedVAs []uint64 // pages to share from v.pages, entered once the range is clear
 	eager := !v.lazy && prot != ProtNone
 	if flags&MapShared != 0 {
 		v.obj = newShmObject()
@@ -344,15 +349,19 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 			ops = appendMap(ops, start+uint64(i)<<pageShift, f, prot)
 		}
 	} else if eager {
-		runs, err := as.g.Alloc(int(length >> pageShift))
-		if err != nil {
-			return 0, fmt.Errorf("map %#x+%#x: %w", start, length, err)
+		shared, own := v.splitShared(rangePages(start, end))
+		if len(own) > 0 {
+			runs, err := as.g.Alloc(len(own))
+			if err != nil {
+				return 0, fmt.Errorf("map %#x+%#x: %w", start, length, err)
+			}
+			ops = planMaps(own, runs, prot)
+			if err := as.fillOps(v, ops); err != nil {
+				as.g.UnrefRuns(runs)
+				return 0, err
+			}
 		}
-		ops = planMaps(rangePages(start, end), runs, prot)
-		if err := as.fillOps(v, ops); err != nil {
-			as.g.UnrefRuns(runs)
-			return 0, err
-		}
+		sharedVAs = shared
 	}
 	var old []Frame
 	if fixed {
@@ -362,9 +371,13 @@ func (as *AddressSpace) Map(addr, length uint64, prot Prot, flags MapFlags, name
 			ops = append([]HostOp{{Kind: OpUnmap, Addr: start, Length: length}}, ops...)
 		}
 	}
+	if pages != nil {
+		pages.hold()
+	}
 	i := as.insert(v)
 	as.merge(i, i+1)
 	as.commit(ops)
+	ops = append(ops, as.sharePages(v, sharedVAs)...)
 	if err := as.apply(ops); err != nil {
 		as.leaked = append(as.leaked, old...)
 		return 0, fmt.Errorf("map %#x+%#x: %w", start, length, err)
@@ -467,17 +480,21 @@ func (as *AddressSpace) populate(v *vma, s, e uint64) ([]HostOp, error) {
 		}
 		return ops, nil
 	}
-	runs, err := as.g.Alloc(len(vas))
-	if err != nil {
-		return nil, fmt.Errorf("populate %#x-%#x: %w", s, e, err)
+	shared, own := v.splitShared(vas)
+	var ops []HostOp
+	if len(own) > 0 {
+		runs, err := as.g.Alloc(len(own))
+		if err != nil {
+			return nil, fmt.Errorf("populate %#x-%#x: %w", s, e, err)
+		}
+		ops = planMaps(own, runs, v.prot)
+		if err := as.fillOps(v, ops); err != nil {
+			as.g.UnrefRuns(runs)
+			return nil, err
+		}
+		as.commit(ops)
 	}
-	ops := planMaps(vas, runs, v.prot)
-	if err := as.fillOps(v, ops); err != nil {
-		as.g.UnrefRuns(runs)
-		return nil, err
-	}
-	as.commit(ops)
-	return ops, nil
+	return append(ops, as.sharePages(v, shared)...), nil
 }
 
 // faultIn populates the fault window around page in v (falling back to the page alone

@@ -78,11 +78,16 @@ func (o *shmObject) get(g *Grant, idx []uint64) ([]Frame, error) {
 	return out, nil
 }
 
-// dropVMA forgets v: a VMA of a shared mapping lets go of its object.
+// dropVMA forgets v: a VMA of a shared mapping lets go of its object, one made from
+// Pages of them.
 func (as *AddressSpace) dropVMA(v *vma) {
 	if v.obj != nil {
 		v.obj.drop(as.g)
 		v.obj = nil
+	}
+	if v.pages != nil {
+		v.pages.drop()
+		v.pages = nil
 	}
 }
 
@@ -178,9 +183,7 @@ func (as *AddressSpace) Fork(m HostMapper, l Layout) (*AddressSpace, error) {
 	child.vmas = make([]*vma, 0, len(as.vmas))
 	for _, v := range as.vmas {
 		c := *v
-		if c.obj != nil {
-			c.obj.hold()
-		}
+		c.holdSources()
 		child.vmas = append(child.vmas, &c)
 		shared := v.obj != nil
 		as.pt.forEachPresentPtr(v.start, v.end, func(va uint64, p *pte) {

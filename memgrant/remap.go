@@ -125,7 +125,7 @@ func (as *AddressSpace) Remap(old, oldLen, newLen uint64, flags RemapFlags, newA
 		as.splitAt(old)
 		_, v = as.find(old)
 		q := *v
-		q.obj.hold()
+		q.holdSources()
 		q.start, q.end = dst, dst+newLen
 		as.insert(&q)
 		ops = append(ops, as.growOps(&q, dst)...)
@@ -144,9 +144,7 @@ func (as *AddressSpace) move(old, oldLen, dst, newLen uint64, dontUnmap bool) []
 	q := p
 	if dontUnmap {
 		c := *p
-		if c.obj != nil {
-			c.obj.hold()
-		}
+		c.holdSources()
 		q = &c
 		p.lazy = true // its pages come back on fault
 	} else {

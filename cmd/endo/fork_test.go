@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,4 +18,19 @@ func TestExitedChildLeavesNothingMapped(t *testing.T) {
 	require.Equal(t, strings.Repeat("writer: exit 0\n", 4)+strings.Repeat("reader: signal 11\n", 4), want.stdout)
 	require.Equal(t, want, endo(t, "/bin/recycle"))
 	requireNoStubs(t)
+}
+
+// Programs' pages are cached between runs: a program file rewritten in place between two
+// runs (same size and layout, other bytes) runs as its new self.
+func TestRewrittenProgramRunsAnew(t *testing.T) {
+	hello, err := os.ReadFile(filepath.Join(rootfs, "bin", "hello"))
+	require.NoError(t, err)
+	shout := bytes.Replace(hello, []byte("hello, world"), []byte("HELLO, WORLD"), 1)
+	require.NotEqual(t, hello, shout)
+	require.NoError(t, os.WriteFile(filepath.Join(rootfs, "shout"), shout, 0o755))
+	t.Cleanup(func() { os.Remove(filepath.Join(rootfs, "shout")) })
+	script := "cp /bin/hello /prog && /prog && /prog && cp /shout /prog && /prog; rm /prog"
+	want := native(t, "/bin/sh", "-c", script)
+	require.Equal(t, "hello, world (1 args)\nhello, world (1 args)\nHELLO, WORLD (1 args)\n", want.stdout)
+	require.Equal(t, want, endo(t, "/bin/sh", "-c", script))
 }

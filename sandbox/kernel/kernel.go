@@ -39,6 +39,7 @@ type Kernel struct {
 	preempting bool           // the preemption ticker runs (guarded by mu)
 	probe      *probe
 	faults     FaultCounts
+	pages      pageCache      // program files' pages, shared by the processes that map them
 	refilling  sync.WaitGroup // spare stubs being started
 	spares     chan spareStub // stubs started ahead, for fork and spawn
 	futexes    futexTable
@@ -79,6 +80,7 @@ func New(cfg Config) (*Kernel, error) {
 		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1,
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}
+	k.pages.budget = pageCacheBudget(cfg.MemoryBytes)
 	sched.OnWait(k.wantPreempt)
 	return k, nil
 }
@@ -111,6 +113,7 @@ func (k *Kernel) Close() error {
 		}
 		break
 	}
+	k.pages.drop()
 	return k.grant.Close()
 }
 

@@ -277,7 +277,13 @@ func (p *Process) mapImage(img *image, hint uint64) (loaded, error) {
 			_, err := f.Pread(dst[:n], int64(fileStart+off))
 			return err
 		}
-		if _, err := p.k.svc.Map(p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.path, fill); err != nil {
+		var err error
+		if key, ok := keyOf(f, fileStart, fileLen); ok && fileLen > 0 {
+			err = p.k.pages.mapSegment(p.k, p.as, start, end-start, elfProt(ph.Flags), img.path, key, fill)
+		} else {
+			_, err = p.k.svc.Map(p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.path, fill)
+		}
+		if err != nil {
 			return loaded{}, fmt.Errorf("%s: map segment at %#x: %w", img.path, start, err)
 		}
 		if l.phdr == 0 && img.phoff >= ph.Off && img.phoff < ph.Off+ph.Filesz {

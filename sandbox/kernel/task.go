@@ -183,8 +183,10 @@ func (t *Task) fault(tr crossing.Trap) {
 		t.p.faults.Add(1)
 		ok, err := t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
 		if errors.Is(err, unix.ENOMEM) {
-			// Memory of processes that just exited may be on its way back: wait for it before
-			// calling this an out-of-memory kill.
+			// Memory of processes that just exited may be on its way back, and cached pages
+			// can go: wait for the one and drop the other before calling this an
+			// out-of-memory kill.
+			t.p.k.pages.drop()
 			t.blocking(t.p.k.releasing.Wait)
 			ok, err = t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
 		}

@@ -1,0 +1,94 @@
+package kernel
+
+import (
+	"container/list"
+	"sync"
+
+	"github.com/endovisor/endo/memgrant"
+	"github.com/endovisor/endo/sandbox/kernel/vfs"
+	"golang.org/x/sys/unix"
+)
+
+// pageCache keeps the pages of program files as their ELF segments map them, so that a
+// program that runs again (each command of a shell script, each fork+exec of a server)
+// maps the same frames copy-on-write instead of reading its file into fresh ones. Entries
+// are keyed by the file's identity and change times, so a rewritten file is read anew. The
+// cache holds at most its budget, the least recently used entries going first, and all of
+// it goes when the grant runs short: it is memory of the pod, like Linux's page cache.
+type pageCache struct {
+	mu      sync.Mutex
+	budget  int64
+	bytes   int64
+	entries map[segmentKey]*list.Element
+	lru     list.List // of *cachedSegment, most recently used first
+}
+
+type segmentKey struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+	off, length  uint64
+}
+
+type cachedSegment struct {
+	key   segmentKey
+	pages *memgrant.Pages
+}
+
+// pageCacheBudget is the most a sandbox keeps cached: an eighth of its memory, at most 64 MiB.
+func pageCacheBudget(memory int64) int64 { return min(memory/8, 64<<20) }
+
+// keyOf names the length bytes at off of file f as they are now.
+func keyOf(f *vfs.File, off, length uint64) (segmentKey, bool) {
+	st, err := f.Stat()
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return segmentKey{}, false
+	}
+	return segmentKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, off: off, length: length}, true
+}
+
+// mapSegment maps [start, start+length) of as privately from the cached pages of key,
+// reading them with fill first when they are not cached.
+func (c *pageCache) mapSegment(k *Kernel, as *memgrant.AddressSpace, start, length uint64, prot memgrant.Prot, name string, key segmentKey, fill memgrant.FillFunc) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var seg *cachedSegment
+	if e, ok := c.entries[key]; ok {
+		c.lru.MoveToFront(e)
+		seg = e.Value.(*cachedSegment)
+	} else {
+		pages, err := k.grant.NewPages(key.length, fill)
+		if err != nil {
+			return err
+		}
+		seg = &cachedSegment{key: key, pages: pages}
+		if c.entries == nil {
+			c.entries = make(map[segmentKey]*list.Element)
+		}
+		c.entries[key] = c.lru.PushFront(seg)
+		c.bytes += pages.Bytes()
+	}
+	// The mapping holds the pages now: evicting them below only drops the cache's hold.
+	_, err := k.svc.MapPages(as, start, length, prot, memgrant.MapFixed, name, seg.pages)
+	for c.bytes > c.budget && c.lru.Len() > 0 {
+		c.evict(c.lru.Back())
+	}
+	return err
+}
+
+// evict drops one entry (c.mu held).
+func (c *pageCache) evict(e *list.Element) {
+	seg := c.lru.Remove(e).(*cachedSegment)
+	delete(c.entries, seg.key)
+	c.bytes -= seg.pages.Bytes()
+	seg.pages.Release()
+}
+
+// drop empties the cache: memory is short, or the sandbox is closing.
+func (c *pageCache) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.lru.Len() > 0 {
+		c.evict(c.lru.Back())
+	}
+}
