@@ -34,3 +34,10 @@ func TestRewrittenProgramRunsAnew(t *testing.T) {
 	require.Equal(t, "hello, world (1 args)\nhello, world (1 args)\nHELLO, WORLD (1 args)\n", want.stdout)
 	require.Equal(t, want, endo(t, "/bin/sh", "-c", script))
 }
+
+// Shared anonymous memory is shared with children across fork; private memory is copied.
+func TestSharedAnonymousMemoryAcrossFork(t *testing.T) {
+	want := native(t, "/bin/shm")
+	require.Equal(t, "child sees shared=parent private=parent\nparent sees shared=child/second page private=parent\n", want.stdout)
+	require.Equal(t, want, endo(t, "/bin/shm"))
+}

@@ -34,6 +34,9 @@ func sysMmap(t *Task, a sysargs) (uint64, error) {
 	if flags&unix.MAP_NORESERVE != 0 {
 		mf |= memgrant.MapNoReserve
 	}
+	if shared && flags&unix.MAP_ANONYMOUS != 0 {
+		mf |= memgrant.MapShared // the same frames in every process that inherits it
+	}
 	mprot := memgrant.Prot(prot & protKnown)
 	var fill memgrant.FillFunc
 	name := ""
