@@ -41,3 +41,24 @@ func TestSharedAnonymousMemoryAcrossFork(t *testing.T) {
 	require.Equal(t, "child sees shared=parent private=parent\nparent sees shared=child/second page private=parent\n", want.stdout)
 	require.Equal(t, want, endo(t, "/bin/shm"))
 }
+
+// A private file mapping reads the file's bytes after its descriptor is closed, for a small
+// file (cached pages) and one too big to map at once (populated at first touch); writes to
+// the mapping stay out of the file.
+func TestFileMappingOutlivesItsDescriptor(t *testing.T) {
+	for _, size := range []int64{4 << 20, 72 << 20} {
+		path := filepath.Join(rootfs, "mapped")
+		f, err := os.Create(path)
+		require.NoError(t, err)
+		require.NoError(t, f.Truncate(size))
+		for off := int64(0); off < size; off += 1 << 20 {
+			_, err := f.WriteAt([]byte("Mark"), off)
+			require.NoError(t, err)
+		}
+		require.NoError(t, f.Close())
+		want := native(t, "/bin/mapfile", "/mapped")
+		require.Contains(t, want.stdout, "file still says Mark, mapping says Over", size)
+		require.Equal(t, want, endo(t, "/bin/mapfile", "/mapped"), size)
+		require.NoError(t, os.Remove(path))
+	}
+}

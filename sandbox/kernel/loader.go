@@ -279,7 +279,7 @@ func (p *Process) mapImage(img *image, hint uint64) (loaded, error) {
 		}
 		var err error
 		if key, ok := keyOf(f, fileStart, fileLen); ok && fileLen > 0 {
-			err = p.k.pages.mapSegment(p.k, p.as, start, end-start, elfProt(ph.Flags), img.path, key, fill)
+			_, err = p.k.pages.mapSegment(p.k, p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.path, key, fill)
 		} else {
 			_, err = p.k.svc.Map(p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.path, fill)
 		}

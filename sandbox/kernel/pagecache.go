@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pageCache keeps the pages of program files as their ELF segments map them, so that a
-// program that runs again (each command of a shell script, each fork+exec of a server)
-// maps the same frames copy-on-write instead of reading its file into fresh ones. Entries
+// pageCache keeps the pages of files as programs map them (ELF segments, mmap of a library),
+// so that a program that runs again (each command of a shell script, each fork+exec of a
+// server) maps the same frames copy-on-write instead of reading its file into fresh ones. Entries
 // are keyed by the file's identity and change times, so a rewritten file is read anew. The
 // cache holds at most its budget, the least recently used entries going first, and all of
 // it goes when the grant runs short: it is memory of the pod, like Linux's page cache.
@@ -38,8 +38,12 @@ type cachedSegment struct {
 // pageCacheBudget is the most a sandbox keeps cached: an eighth of its memory, at most 64 MiB.
 func pageCacheBudget(memory int64) int64 { return min(memory/8, 64<<20) }
 
-// keyOf names the length bytes at off of file f as they are now.
+// keyOf names the length bytes at off of file f as they are now. Only files of the host
+// (the rootfs and mounts) are cached: the sandbox's own (/proc) change under one identity.
 func keyOf(f *vfs.File, off, length uint64) (segmentKey, bool) {
+	if f.HostFd() < 0 {
+		return segmentKey{}, false
+	}
 	st, err := f.Stat()
 	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return segmentKey{}, false
@@ -47,9 +51,9 @@ func keyOf(f *vfs.File, off, length uint64) (segmentKey, bool) {
 	return segmentKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, off: off, length: length}, true
 }
 
-// mapSegment maps [start, start+length) of as privately from the cached pages of key,
-// reading them with fill first when they are not cached.
-func (c *pageCache) mapSegment(k *Kernel, as *memgrant.AddressSpace, start, length uint64, prot memgrant.Prot, name string, key segmentKey, fill memgrant.FillFunc) error {
+// mapSegment maps length bytes of as at addr (flags as for Map) privately from the cached
+// pages of key, reading them with fill first when they are not cached.
+func (c *pageCache) mapSegment(k *Kernel, as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot, flags memgrant.MapFlags, name string, key segmentKey, fill memgrant.FillFunc) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var seg *cachedSegment
@@ -59,7 +63,7 @@ func (c *pageCache) mapSegment(k *Kernel, as *memgrant.AddressSpace, start, leng
 	} else {
 		pages, err := k.grant.NewPages(key.length, fill)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		seg = &cachedSegment{key: key, pages: pages}
 		if c.entries == nil {
@@ -69,11 +73,11 @@ func (c *pageCache) mapSegment(k *Kernel, as *memgrant.AddressSpace, start, leng
 		c.bytes += pages.Bytes()
 	}
 	// The mapping holds the pages now: evicting them below only drops the cache's hold.
-	_, err := k.svc.MapPages(as, start, length, prot, memgrant.MapFixed, name, seg.pages)
+	at, err := k.svc.MapPages(as, addr, length, prot, flags, name, seg.pages)
 	for c.bytes > c.budget && c.lru.Len() > 0 {
 		c.evict(c.lru.Back())
 	}
-	return err
+	return at, err
 }
 
 // evict drops one entry (c.mu held).

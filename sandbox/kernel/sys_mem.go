@@ -3,6 +3,8 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 
 	"github.com/endovisor/endo/memgrant"
 	"golang.org/x/sys/unix"
@@ -62,9 +64,31 @@ func sysMmap(t *Task, a sysargs) (uint64, error) {
 			return 0, fmt.Errorf("shared writable file mapping: %w", unix.ENODEV)
 		}
 		name = f.Path()
-		// Map copies the file's pages before it returns, so fill never outlives f's reference.
 		fill = func(o uint64, dst []byte) error {
 			_, err := f.Pread(dst, int64(off+o))
+			return err
+		}
+		if key, ok := keyOf(f, off, length); ok && int64(length) <= t.p.k.pages.budget {
+			// Cached pages, copied into the mapping or shared by it: fill is used now only.
+			return t.p.k.pages.mapSegment(t.p.k, t.p.as, addr, length, mprot, mf, name, key, fill)
+		}
+		if f.HostFd() < 0 {
+			// The sandbox's own files are small: Map copies them now, while f is held.
+			return t.p.k.svc.Map(t.p.as, addr, length, mprot, mf, name, fill)
+		}
+		// A mapping too big for the cache is lazy: its fill runs at faults, long after f is
+		// closed, so it reads through a descriptor of its own (closed when the mapping and
+		// its fill are gone and collected).
+		hf, err := unix.FcntlInt(uintptr(f.HostFd()), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return 0, fmt.Errorf("mmap %s: %w", name, err)
+		}
+		own := os.NewFile(uintptr(hf), name)
+		fill = func(o uint64, dst []byte) error {
+			_, err := own.ReadAt(dst, int64(off+o))
+			if err == io.EOF {
+				err = nil // past the end of the file: zeros, as on Linux
+			}
 			return err
 		}
 	}
