@@ -3,6 +3,7 @@ package kernel
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/endovisor/endo/memgrant"
@@ -25,7 +26,8 @@ type futexKey struct {
 
 type futexWaiter struct {
 	bitset uint32
-	woken  chan struct{}
+	woken  atomic.Bool
+	task   *Task
 }
 
 const (
@@ -53,7 +55,8 @@ func (ft *futexTable) wakeLocked(key futexKey, n int, bitset uint32) int {
 	rest := q[:0]
 	for _, w := range q {
 		if woken < n && w.bitset&bitset != 0 {
-			close(w.woken)
+			w.woken.Store(true)
+			w.task.park.Wake()
 			woken++
 			continue
 		}
@@ -165,7 +168,8 @@ func (t *Task) futexWait(addr uint64, val uint32, tsAddr uint64, absolute, realt
 	}
 	ft := &t.p.k.futexes
 	key := futexKey{t.p.as, addr}
-	w := &futexWaiter{bitset: bitset, woken: make(chan struct{})}
+	w := &futexWaiter{bitset: bitset, task: t}
+	ticket := t.park.Ticket()
 	ft.mu.Lock()
 	cur, err := t.futexLoad(addr)
 	if err != nil {
@@ -184,27 +188,27 @@ func (t *Task) futexWait(addr uint64, val uint32, tsAddr uint64, absolute, realt
 
 	var result error
 	t.blocking(func() {
-		var timeout <-chan time.Time
-		if !deadline.IsZero() {
-			tm := time.NewTimer(time.Until(deadline))
-			defer tm.Stop()
-			timeout = tm.C
-		}
-		select {
-		case <-w.woken:
-		case <-timeout:
-			result = unix.ETIMEDOUT
-		case <-t.interrupt:
-			result = unix.EINTR
-		case <-t.p.stub.Exited():
-			result = unix.EINTR
+		// The carrier sleeps on its own wake word: a waker reaches it with one host call.
+		for !w.woken.Load() {
+			select {
+			case <-t.interrupt:
+				result = unix.EINTR
+				return
+			case <-t.p.stub.Exited():
+				result = unix.EINTR
+				return
+			default:
+			}
+			if !t.park.Wait(ticket, deadline) && !w.woken.Load() {
+				result = unix.ETIMEDOUT
+				return
+			}
+			ticket = t.park.Ticket()
 		}
 	})
 	if result != nil {
-		select {
-		case <-w.woken: // woken meanwhile: that wins
+		if w.woken.Load() { // woken meanwhile: that wins
 			return 0, nil
-		default:
 		}
 		ft.remove(key, w)
 		if result == unix.EINTR {

@@ -76,6 +76,7 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 		return fmt.Errorf("start sandbox stub: %w", err)
 	}
 	p.stub = stub
+	p.watchStub()
 	p.as = p.k.grant.NewAddressSpace(stub, layoutFor(stub))
 	t := &Task{p: p, tid: p.pid, th: th, interrupt: make(chan struct{}, 1)}
 	p.tasks, p.live = []*Task{t}, 1
@@ -89,6 +90,21 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 	// The stub may have served another process: nothing of its FPU state or FS base stays.
 	t.resumeFlags = crossing.ResumeResetFPU | crossing.ResumeSetFS
 	return nil
+}
+
+// watchStub wakes the process's tasks from their kernel waits when its stub dies (killed by
+// the host, or by exit_group of another task): they must not sleep on.
+func (p *Process) watchStub() {
+	stub := p.stub
+	go func() {
+		<-stub.Exited()
+		p.mu.Lock()
+		tasks := append([]*Task(nil), p.tasks...)
+		p.mu.Unlock()
+		for _, t := range tasks {
+			t.park.Wake()
+		}
+	}()
 }
 
 // installStdio gives the tenant fds 0, 1 and 2.

@@ -116,10 +116,11 @@ func (t *Task) kick() {
 	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
 }
 
-// wakeWaits cuts short a kernel wait of the task: the channel for waits in Go, the eventfd for
-// waits in a host poll.
+// wakeWaits cuts short a kernel wait of the task: the channel for waits in Go, the wake word for
+// waits on it, the eventfd for waits in a host poll.
 func (t *Task) wakeWaits() {
 	notify(t.interrupt)
+	t.park.Wake()
 	t.intrMu.Lock()
 	defer t.intrMu.Unlock()
 	if t.intrFd > 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/endovisor/endo/crossing"
 	"github.com/endovisor/endo/sandbox/kernelet"
+	"github.com/endovisor/endo/sandbox/kernelet/park"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,6 +42,7 @@ type Task struct {
 	carrier     atomic.Int32 // the host thread id of the task's goroutine (for the probe)
 
 	spin spinState
+	park park.Parker // the carrier sleeps here in kernel waits that others end directly
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
