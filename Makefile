@@ -9,7 +9,7 @@ export PATH := $(BIN):$(PATH)
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.cache/*') go.mod go.sum
 TENANTS := $(basename $(notdir $(wildcard tenants/*.c)))
 
-.PHONY: all build deps stub tenants test vet hello bench demo clean
+.PHONY: all build deps stub tenants test vet hello bench sched-perf sched-fair demo clean
 
 all: build
 
@@ -52,10 +52,20 @@ hello: build $(CACHE)/tenants/bin/hello
 	@cp $(CACHE)/tenants/bin/hello $(CACHE)/hello-root/bin/hello
 	$(BIN)/endo run -v --rootfs $(CACHE)/hello-root -- /bin/hello
 
-# Benchmarks with ratios to native measured in the same run.
+# Benchmarks with ratios to native measured in the same run, then the kernelet's tables.
 bench: deps build tenants
 	$(BIN)/endo bench --tenants $(CACHE)/tenants
 	go test -run XXX -bench ContainerStart -benchtime 10x ./integration/
+	$(MAKE) --no-print-directory sched-perf sched-fair
+
+# The kernelet's costs (yield, wake-ups, kicks) beside Linux's.
+sched-perf: build tenants
+	$(BIN)/endo sched-perf --tenants $(CACHE)/tenants
+
+# Two-level fairness: a sibling cgroup of equal weight against the sandbox running 1, 50, and
+# 50 tasks plus a lock holder (about two minutes).
+sched-fair: build tenants
+	$(BIN)/endo sched-fair --tenants $(CACHE)/tenants
 
 # The main job: a real containerd running a container in Endo.
 demo: deps build

@@ -310,11 +310,14 @@ func (p *pod) Stats(_ context.Context, id string) (*control.StatsReply, error) {
 		return nil, err
 	}
 	s := k.Stats(id)
+	pr, _ := k.ProbeSoFar()
 	return &control.StatsReply{
-		MemoryBytes: s.MemoryBytes,
-		MemoryLimit: p.opts.MemoryBytes,
-		CPUNanos:    s.CPUTime.Nanoseconds(),
-		Pids:        s.Pids,
+		MemoryBytes:  s.MemoryBytes,
+		MemoryLimit:  p.opts.MemoryBytes,
+		CPUNanos:     s.CPUTime.Nanoseconds(),
+		Pids:         s.Pids,
+		StolenNanos:  s.StolenNanos,
+		MostRunnable: pr.MostRunnable,
 	}, nil
 }
 

@@ -24,8 +24,10 @@ var version = "dev"
 
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
-  endo run --rootfs DIR [--report] [--memory BYTES] [--cpus N] [--env K=V]... -- PROGRAM [ARGS...]
+  endo run --rootfs DIR [--report] [--memory BYTES] [--cpus N] [--cgroup PATH] [--probe] [--env K=V]... -- PROGRAM [ARGS...]
   endo bench --tenants DIR [--runs N]
+  endo sched-perf --tenants DIR [--runs N]
+  endo sched-fair --tenants DIR [--seconds S] [--runs N]
   endo version
 `)
 }
@@ -42,6 +44,10 @@ func main() {
 		os.Exit(run(os.Args[2:]))
 	case "bench":
 		os.Exit(bench(os.Args[2:]))
+	case "sched-perf":
+		os.Exit(schedPerf(os.Args[2:]))
+	case "sched-fair":
+		os.Exit(schedFair(os.Args[2:]))
 	case "version", "--version":
 		fmt.Printf("endo %s\n", version)
 	default:
@@ -75,6 +81,7 @@ func run(args []string) int {
 	cwd := fs.String("cwd", "/", "working directory inside the sandbox")
 	cpuprofile := fs.String("cpuprofile", "", "write the sandbox's CPU profile to this file")
 	probe := fs.Bool("probe", false, "sample how many sandbox threads Linux has runnable at once, and report the most")
+	cgroupPath := fs.String("cgroup", "", "cgroup to run the sandbox and its stubs in (made, and removed after, if it does not exist)")
 	verbose := fs.Bool("v", false, "log the sandbox's own messages (crossing timings) to stderr")
 	var env envFlags
 	fs.Var(&env, "env", "environment variable K=V for the program (repeatable)")
@@ -104,6 +111,16 @@ func run(args []string) int {
 		}
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
+	}
+	if *cgroupPath != "" {
+		// Joined before the kernel exists, so that every carrier and stub (spares too) starts
+		// inside; left after the kernel is closed (deferred calls run in reverse).
+		leave, err := joinCgroup(*cgroupPath)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "endo: %v\n", err)
+			return exitEndoError
+		}
+		defer leave()
 	}
 	logf := func(string, ...any) {}
 	if *verbose {
@@ -145,8 +162,8 @@ func run(args []string) int {
 	signal.Stop(sigs)
 	if *probe {
 		r := k.StopProbe()
-		fmt.Fprintf(os.Stderr, "endo: probe: at most %d tasks runnable at once on %d vCPUs; %d of %d samples saw more than %d\n",
-			r.MostRunnable, k.VCPUs(), r.OverVCPUs, r.Samples, k.VCPUs())
+		fmt.Fprintf(os.Stderr, "endo: probe: at most %d tasks runnable at once on %d vCPUs; %d of %d samples saw more than %d; carriers' stolen time %.3f ms\n",
+			r.MostRunnable, k.VCPUs(), r.OverVCPUs, r.Samples, k.VCPUs(), float64(k.StolenTime())/1e6)
 	}
 	if st.OOMKilled {
 		fmt.Fprintf(os.Stderr, "endo: %s was killed: out of memory (the sandbox's %d bytes are used up)\n", argv[0], *memory)

@@ -72,6 +72,11 @@ type StatsReply struct {
 	MemoryLimit int64 `json:"memory_limit"` // the pod's grant
 	CPUNanos    int64 `json:"cpu_nanos"`
 	Pids        int   `json:"pids"`
+	// StolenNanos is how long the container's carriers waited for a host CPU.
+	StolenNanos int64 `json:"stolen_nanos,omitempty"`
+	// MostRunnable is the most of the pod's tasks a running probe saw Linux have runnable at
+	// once (0: no probe runs).
+	MostRunnable int `json:"most_runnable,omitempty"`
 }
 
 // ResizeRequest tells a terminal process that its window changed (the shim resized the pty).

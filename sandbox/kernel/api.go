@@ -66,4 +66,5 @@ type Stats struct {
 	MemoryBytes int64         // bytes of grant held by the container's processes
 	CPUTime     time.Duration // tenant and kernel time of its tasks
 	Pids        int           // live processes
+	StolenNanos int64         // how long its tasks' carriers waited for a host CPU, ended tasks too
 }

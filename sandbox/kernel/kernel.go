@@ -38,6 +38,7 @@ type Kernel struct {
 	releasing  sync.WaitGroup // processes whose memory is being given back
 	preempting bool           // the preemption ticker runs (guarded by mu)
 	probe      *probe
+	stolen     stolenBook // the carriers' run-queue wait (probe.go)
 	faults     FaultCounts
 	pages      pageCache      // program files' pages, shared by the processes that map them
 	refilling  sync.WaitGroup // spare stubs being started
@@ -82,6 +83,7 @@ func New(cfg Config) (*Kernel, error) {
 	}
 	k.pages.budget = pageCacheBudget(cfg.MemoryBytes)
 	sched.OnWait(k.wantPreempt)
+	sched.OnKick(kick)
 	return k, nil
 }
 
@@ -113,6 +115,7 @@ func (k *Kernel) Close() error {
 		}
 		break
 	}
+	k.stolen.closeFiles()
 	k.pages.drop()
 	return k.grant.Close()
 }
@@ -178,6 +181,7 @@ func (k *Kernel) Stats(container string) Stats {
 		s.MemoryBytes += p.residentBytes()
 		s.CPUTime += p.cpuTime()
 	}
+	s.StolenNanos = k.stolenNanos(container)
 	return s
 }
 
@@ -301,8 +305,7 @@ func (k *Kernel) exited(p *Process) {
 		}
 	}
 	if p.parent != nil {
-		p.zombie = true
-		notify(p.parent.childEvent)
+		p.zombie = true // childExited below sends SIGCHLD, then wakes the parent's wait
 	}
 	var others []*Process
 	if init == p {
@@ -315,7 +318,7 @@ func (k *Kernel) exited(p *Process) {
 	parent := p.parent
 	k.mu.Unlock()
 	if parent != nil {
-		parent.Signal(unix.SIGCHLD)
+		p.childExited(parent)
 	}
 	for _, q := range append(orphans, others...) {
 		if !q.zombie {
@@ -410,7 +413,7 @@ func (k *Kernel) refill() {
 }
 
 // timeSlice is how long a task may run tenant code while another waits for a vCPU.
-const timeSlice = 10 * time.Millisecond
+const timeSlice = kernelet.Slice
 
 // wantPreempt starts the preemption ticker, which runs while any task waits for a vCPU.
 func (k *Kernel) wantPreempt() {
@@ -423,33 +426,33 @@ func (k *Kernel) wantPreempt() {
 	go k.preemptLoop()
 }
 
-// preemptLoop makes every task that has run tenant code for a whole slice trap (the preemption
-// signal to its stub thread), so that it gives its vCPU to the tasks waiting in line.
+// preemptLoop makes every holder that the kernelet finds overdue trap (the preemption signal to
+// its stub thread): an equal has waited while it ran a whole slice, or it holds a vCPU it may no
+// longer use. The trap makes it call Preempted, which gives the vCPU to the best waiting task.
+// The waiting check and the clearing of k.preempting are both under k.mu, and a task queues
+// before it calls wantPreempt, so no waiter is left without the ticker.
 func (k *Kernel) preemptLoop() {
 	tick := time.NewTicker(timeSlice / 2)
 	defer tick.Stop()
 	for range tick.C {
 		k.mu.Lock()
-		if !k.sched.Waiting() || k.closed {
+		due, waiting := k.sched.Overdue()
+		if !waiting || k.closed {
 			k.preempting = false
 			k.mu.Unlock()
 			return
 		}
-		procs := make([]*Process, 0, len(k.procs))
-		for _, p := range k.procs {
-			procs = append(procs, p)
-		}
 		k.mu.Unlock()
-		now := time.Now().UnixNano()
-		for _, p := range procs {
-			p.mu.Lock()
-			tasks := append([]*Task(nil), p.tasks...)
-			p.mu.Unlock()
-			for _, t := range tasks {
-				if since := t.inTenant.Load(); since != 0 && now-since >= int64(timeSlice) {
-					t.preempt()
-				}
-			}
+		for _, kt := range due {
+			kick(kt)
 		}
+	}
+}
+
+// kick makes a holder the kernelet wants off its vCPU trap at once. A task in kernel code gets
+// the signal when it resumes tenant code, and traps then.
+func kick(kt *kernelet.Task) {
+	if t, ok := kt.Owner.(*Task); ok {
+		t.preempt()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 // their threads: the carriers (host threads running a task's kernel side) and the stubs' tenant
 // threads. The Go runtime's own threads (GC, timers, the control server) are not counted. The
 // kernelet's promise is that the figure never exceeds the vCPU count.
+//
+// Beside it the kernel keeps the carriers' stolen time: how long they waited in a host run queue
+// for a CPU (the second field of /proc/<pid>/task/<tid>/schedstat), which is what the pod lost to
+// its neighbours and to its own oversubscription.
 
 // ProbeResult is what the probe saw.
 type ProbeResult struct {
@@ -29,7 +34,11 @@ type probe struct {
 	done chan struct{}
 }
 
-// StartProbe samples every interval until StopProbe.
+// probeBudget bounds the probe's cost: it waits at least this many times as long as a sample
+// took before the next one.
+const probeBudget = 10
+
+// StartProbe samples every interval (or less often, when samples are costly) until StopProbe.
 func (k *Kernel) StartProbe(interval time.Duration) {
 	k.mu.Lock()
 	if k.probe != nil {
@@ -41,15 +50,20 @@ func (k *Kernel) StartProbe(interval time.Duration) {
 	k.mu.Unlock()
 	go func() {
 		defer close(pr.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
+		timer := time.NewTimer(interval)
+		defer timer.Stop()
 		for {
 			select {
 			case <-pr.stop:
 				return
-			case <-tick.C:
+			case <-timer.C:
 			}
+			t0 := time.Now()
 			n := k.runnableNow()
+			// A sample reads two /proc files a task: with many tasks, sampling every interval
+			// would keep a CPU busy in the sandbox's own cgroup, the very load being measured.
+			// The probe spends at most 1/probeBudget of a CPU.
+			timer.Reset(max(interval, probeBudget*time.Since(t0)))
 			pr.mu.Lock()
 			pr.res.Samples++
 			pr.res.MostRunnable = max(pr.res.MostRunnable, n)
@@ -111,5 +125,151 @@ func threadRunnable(pid, tid int) bool {
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
 }
 
-// recordCarrier records the host thread that runs the task's kernel side.
-func (t *Task) recordCarrier() { t.carrier.Store(int32(unix.Gettid())) }
+// stolenBook is the carriers' run-queue wait. A carrier is an OS thread the task's goroutine
+// holds only for the task's life (the thread goes back to the Go runtime after), so each task
+// keeps the thread's count at its start, and an ended task's share is booked by container.
+// Each thread's schedstat file stays open: a pread costs a few µs where an open costs ten more,
+// and task start and end pay for it.
+type stolenBook struct {
+	mu    sync.Mutex
+	live  map[*Task]carrierMark
+	ended map[string]int64 // ns, by container id
+	files map[int]int      // carrier thread id → its open schedstat file
+}
+
+type carrierMark struct {
+	tid  int
+	base int64 // the thread's run-queue wait (ns) when the task started on it
+}
+
+// ownWait reads the calling thread's run-queue wait through its cached file; b.mu is held.
+func (b *stolenBook) ownWait(tid int) (int64, error) {
+	if fd, ok := b.files[tid]; ok {
+		if ns, err := readRunQueueWait(fd); err == nil {
+			return ns, nil
+		}
+		// A thread of the same id that has ended: this thread is another one.
+		unix.Close(fd)
+		delete(b.files, tid)
+	}
+	fd, err := unix.Open("/proc/thread-self/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open /proc/thread-self/schedstat: %w", err)
+	}
+	if b.files == nil {
+		b.files = map[int]int{}
+	}
+	b.files[tid] = fd
+	return readRunQueueWait(fd)
+}
+
+// closeFiles closes the cached schedstat files (the kernel is closing).
+func (b *stolenBook) closeFiles() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, fd := range b.files {
+		unix.Close(fd)
+	}
+	b.files = nil
+}
+
+// recordCarrier records the host thread that runs the task's kernel side, and its run-queue wait
+// so far. It runs on that thread.
+func (t *Task) recordCarrier() {
+	tid := unix.Gettid()
+	t.carrier.Store(int32(tid))
+	b := &t.p.k.stolen
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	base, err := b.ownWait(tid)
+	if err != nil {
+		return
+	}
+	if b.live == nil {
+		b.live = map[*Task]carrierMark{}
+	}
+	b.live[t] = carrierMark{tid: tid, base: base}
+}
+
+// carrierDone books the task's stolen time when the task ends; it runs on the carrier still.
+func (t *Task) carrierDone() {
+	b := &t.p.k.stolen
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.live[t]
+	if !ok {
+		return
+	}
+	delete(b.live, t)
+	now, err := b.ownWait(m.tid)
+	if err != nil || now <= m.base {
+		return
+	}
+	if b.ended == nil {
+		b.ended = map[string]int64{}
+	}
+	b.ended[t.p.c.id] += now - m.base
+}
+
+// stolenNanos is the run-queue wait of the carriers of a container's tasks, live and ended; all
+// containers' when container is "".
+func (k *Kernel) stolenNanos(container string) int64 {
+	b := &k.stolen
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var sum int64
+	for id, ns := range b.ended {
+		if container == "" || id == container {
+			sum += ns
+		}
+	}
+	for t, m := range b.live {
+		if container != "" && t.p.c.id != container {
+			continue
+		}
+		fd, ok := b.files[m.tid]
+		if !ok {
+			continue
+		}
+		if now, err := readRunQueueWait(fd); err == nil && now > m.base {
+			sum += now - m.base
+		}
+	}
+	return sum
+}
+
+// StolenTime is how long the carriers of all the kernel's tasks, live and ended, waited for a
+// host CPU.
+func (k *Kernel) StolenTime() time.Duration { return time.Duration(k.stolenNanos("")) }
+
+// ProbeSoFar returns what a running probe has seen so far, and false when none runs.
+func (k *Kernel) ProbeSoFar() (ProbeResult, bool) {
+	k.mu.Lock()
+	pr := k.probe
+	k.mu.Unlock()
+	if pr == nil {
+		return ProbeResult{}, false
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.res, true
+}
+
+// readRunQueueWait reads the time a thread spent waiting on a run queue, in ns, from its open
+// schedstat file: the second field of "run_ns wait_ns timeslices".
+func readRunQueueWait(fd int) (int64, error) {
+	var buf [96]byte
+	n, err := unix.Pread(fd, buf[:], 0)
+	if err != nil {
+		return 0, fmt.Errorf("read schedstat: %w", err)
+	}
+	f := bytes.Fields(buf[:n])
+	if len(f) < 2 {
+		return 0, fmt.Errorf("schedstat: %q is not a schedstat line", buf[:n])
+	}
+	ns, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("schedstat: %w", err)
+	}
+	return ns, nil
+}

@@ -35,13 +35,16 @@ type Process struct {
 	stub *crossing.Stub
 	as   *memgrant.AddressSpace
 
+	job jobState // stopped or not, and what the parent may wait for
+
 	mu       sync.Mutex
 	cwd      string
 	umask    uint32
 	brkStart uint64
 	brk      uint64
 	sigacts  [65]sigaction
-	pending  uint64 // process-directed signals not yet delivered (bit sig-1)
+	pending  uint64      // process-directed signals not yet delivered (bit sig-1)
+	info     [65]sigInfo // the siginfo of each pending signal
 	rlimits  map[int]unix.Rlimit
 	tasks    []*Task // live tasks
 	live     int     // tasks whose goroutine has not ended

@@ -43,7 +43,7 @@ var procRootFiles = []string{
 }
 
 var procPidFiles = []string{
-	"cmdline", "comm", "cwd", "exe", "fd", "maps", "mounts", "root", "stat", "statm", "status", "task",
+	"cmdline", "comm", "cwd", "environ", "exe", "fd", "maps", "mounts", "root", "stat", "statm", "status", "task",
 }
 
 func procDir(entries []string) vfs.SynthNode {
@@ -280,6 +280,8 @@ func (pf procFS) pidNode(p *Process, rest string, asker int) (vfs.SynthNode, err
 		return procFile(p.procStatus(asker)), nil
 	case "cmdline":
 		return procFile(p.cmdline()), nil
+	case "environ":
+		return vfs.SynthNode{Mode: unix.S_IFREG | 0o400, Content: p.environ()}, nil
 	case "comm":
 		return procFile([]byte(p.comm() + "\n")), nil
 	case "maps":
@@ -376,8 +378,8 @@ func (pf procFS) taskNode(p *Process, sub string, asker int) (vfs.SynthNode, err
 	}
 	switch rest {
 	case "":
-		return procDir([]string{"cmdline", "comm", "stat", "status"}), nil
-	case "cmdline", "comm", "stat", "status":
+		return procDir([]string{"cmdline", "comm", "environ", "stat", "status"}), nil
+	case "cmdline", "comm", "environ", "stat", "status":
 		return pf.pidNode(p, rest, asker)
 	}
 	return vfs.SynthNode{}, unix.ENOENT
@@ -425,6 +427,9 @@ func (p *Process) procSnapshot() procSnap {
 		s.brk, s.umask = p.brkStart, p.umask
 		p.mu.Unlock()
 	}
+	if p.isStopped() {
+		s.state = 'T'
+	}
 	s.cpuTicks = p.cpu.Load() / (int64(time.Second) / clockTicks)
 	if p.as != nil {
 		vmas := p.as.VMAs()
@@ -461,7 +466,7 @@ func (p *Process) procStatus(asker int) []byte {
 	if p.pid == asker {
 		s.state = 'R'
 	}
-	stateName := map[byte]string{'R': "R (running)", 'S': "S (sleeping)"}[s.state]
+	stateName := map[byte]string{'R': "R (running)", 'S': "S (sleeping)", 'T': "T (stopped)"}[s.state]
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Name:\t%s\nUmask:\t%04o\nState:\t%s\nTgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t%d\n"+
 		"TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t%d\nGroups:\t\n",
@@ -533,9 +538,20 @@ func commOf(exe string) string {
 // shape (argc, then argc pointers into the strings, the first at their 16-aligned start, NULL,
 // envp, NULL, the auxiliary vector, ending within 16 bytes of the strings); nothing read is
 // trusted beyond the bytes returned.
-func (p *Process) cmdline() []byte {
+func (p *Process) cmdline() []byte { return p.execVectors().args }
+
+// environ is /proc/<pid>/environ: the environment exec gave the process, read from its memory
+// like cmdline (a program's later setenv does not show, as on Linux).
+func (p *Process) environ() []byte { return p.execVectors().env }
+
+// execStrings are the argument and environment strings exec left at the stack's top, each
+// NUL-terminated.
+type execStrings struct{ args, env []byte }
+
+// execVectors finds exec's vector in the process's stack and returns the strings it points at.
+func (p *Process) execVectors() execStrings {
 	if p.as == nil {
-		return nil
+		return execStrings{}
 	}
 	var top uint64
 	for _, v := range p.as.VMAs() {
@@ -544,12 +560,12 @@ func (p *Process) cmdline() []byte {
 		}
 	}
 	if top < stackEager {
-		return nil
+		return execStrings{}
 	}
 	lo := top - stackEager
 	buf := make([]byte, stackEager)
 	if err := p.k.svc.CopyIn(p.as, buf, lo); err != nil {
-		return nil
+		return execStrings{}
 	}
 	word := func(off uint64) (uint64, bool) {
 		if off+8 > uint64(len(buf)) {
@@ -558,56 +574,61 @@ func (p *Process) cmdline() []byte {
 		return binary.LittleEndian.Uint64(buf[off:]), true
 	}
 	for w := (uint64(len(buf)) - 16) &^ 15; ; w -= 16 {
-		if args := matchArgv(buf, lo, top, w, word); args != nil {
-			return args
+		if v, ok := matchArgv(buf, lo, top, w, word); ok {
+			return v
 		}
 		if w == 0 {
-			return nil
+			return execStrings{}
 		}
 	}
 }
 
 // matchArgv checks for exec's vector at buf offset w (address lo+w) and returns the argument
 // bytes it points at.
-func matchArgv(buf []byte, lo, top, w uint64, word func(uint64) (uint64, bool)) []byte {
+func matchArgv(buf []byte, lo, top, w uint64, word func(uint64) (uint64, bool)) (execStrings, bool) {
 	argc, _ := word(w)
 	if argc == 0 || argc > 1<<17 {
-		return nil
+		return execStrings{}, false
 	}
 	strBase, ok := word(w + 8)
 	if !ok || strBase&15 != 0 || strBase <= lo+w || strBase >= top {
-		return nil
+		return execStrings{}, false
 	}
 	off := w + 8
 	prev := strBase
 	for i := uint64(0); i < argc; i++ {
 		a, ok := word(off)
 		if !ok || a < prev || a >= top {
-			return nil
+			return execStrings{}, false
 		}
 		prev, off = a, off+8
 	}
 	if z, ok := word(off); !ok || z != 0 {
-		return nil
+		return execStrings{}, false
 	}
 	off += 8
-	for n := 0; ; n++ { // envp
+	var envFirst, envLast uint64 // exec writes the environment's strings after the arguments
+	for n := 0; ; n++ {          // envp
 		e, ok := word(off)
 		if !ok || n > 1<<17 {
-			return nil
+			return execStrings{}, false
 		}
 		off += 8
 		if e == 0 {
 			break
 		}
 		if e < strBase || e >= top {
-			return nil
+			return execStrings{}, false
 		}
+		if envFirst == 0 {
+			envFirst = e
+		}
+		envLast = max(envLast, e)
 	}
 	for n := 0; ; n++ { // auxv, up to its AT_NULL pair
 		key, ok := word(off)
 		if !ok || n > 64 {
-			return nil
+			return execStrings{}, false
 		}
 		off += 16
 		if key == atNull {
@@ -615,13 +636,26 @@ func matchArgv(buf []byte, lo, top, w uint64, word func(uint64) (uint64, bool)) 
 		}
 	}
 	if end := lo + off; end > strBase || end+16 <= strBase {
-		return nil
+		return execStrings{}, false
 	}
-	start := strBase - lo
-	last := prev - lo
-	nul := bytes.IndexByte(buf[last:], 0)
-	if nul < 0 {
-		return nil
+	// through the NUL of the string at addr
+	through := func(addr uint64) (uint64, bool) {
+		i := addr - lo
+		nul := bytes.IndexByte(buf[i:], 0)
+		if nul < 0 {
+			return 0, false
+		}
+		return i + uint64(nul) + 1, true
 	}
-	return bytes.Clone(buf[start : last+uint64(nul)+1])
+	argEnd, ok := through(prev)
+	if !ok {
+		return execStrings{}, false
+	}
+	v := execStrings{args: bytes.Clone(buf[strBase-lo : argEnd])}
+	if envFirst != 0 && envFirst-lo >= argEnd {
+		if envEnd, ok := through(envLast); ok {
+			v.env = bytes.Clone(buf[envFirst-lo : envEnd])
+		}
+	}
+	return v, true
 }

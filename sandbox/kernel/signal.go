@@ -38,9 +38,10 @@ type altstack struct {
 }
 
 type sigInfo struct {
-	code int32
-	addr uint64 // fault address
-	pid  int    // sender
+	code   int32
+	addr   uint64 // fault address
+	pid    int    // sender (or the child, for SIGCHLD)
+	status int32  // SIGCHLD: the child's exit code or signal
 }
 
 func sigbit(sig unix.Signal) uint64 { return 1 << (uint(sig) - 1) }
@@ -50,9 +51,7 @@ const unblockable = 1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1)
 func defaultIgnored(sig unix.Signal) bool {
 	switch sig {
 	case unix.SIGCHLD, unix.SIGURG, unix.SIGWINCH, unix.SIGCONT:
-		return true
-	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
-		return true // no job control yet: stopping is not supported, the signal is dropped
+		return true // SIGCONT's work (continuing) is done when it is sent, not here
 	}
 	return false
 }
@@ -71,10 +70,20 @@ func (p *Process) Signal(sig unix.Signal) error {
 // post sends sig to the process, or with t non-nil to that task alone (tgkill). A signal
 // nobody handles and nobody blocks takes its default action at once; otherwise it waits as
 // pending and the task that will take it is kicked.
-func (p *Process) post(sig unix.Signal, t *Task) error {
+func (p *Process) post(sig unix.Signal, t *Task) error { return p.postInfo(sig, t, sigInfo{}) }
+
+// postInfo is post with the siginfo the handler will see.
+func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 	if sig == unix.SIGKILL {
 		p.terminate(ExitStatus{Signal: sig})
 		return nil
+	}
+	// Sending SIGCONT continues the process and sending a stop signal drops a pending SIGCONT,
+	// whatever the signals' actions and masks.
+	if sig == unix.SIGCONT {
+		p.continueJob()
+	} else if isStopSignal(sig) {
+		p.discardContinue()
 	}
 	p.mu.Lock()
 	act := p.sigacts[sig]
@@ -96,10 +105,18 @@ func (p *Process) post(sig unix.Signal, t *Task) error {
 		}
 	}
 	blocked := t.mask()&sigbit(sig) != 0
-	if act.handler == sigDfl && !blocked {
+	// A fatal signal to a stopped process waits, pending, until the process continues.
+	if act.handler == sigDfl && !blocked && (isStopSignal(sig) || !p.isStopped()) {
 		p.mu.Unlock()
+		if isStopSignal(sig) {
+			p.stopAction(sig)
+			return nil
+		}
 		p.terminate(ExitStatus{Signal: sig})
 		return nil
+	}
+	if *pending&sigbit(sig) == 0 {
+		p.info[sig] = info // a standard signal already pending keeps its first siginfo
 	}
 	*pending |= sigbit(sig)
 	p.mu.Unlock()
@@ -188,6 +205,7 @@ func (t *Task) forceSignal(sig unix.Signal, info sigInfo) {
 // one that needed no handler, is restarted.
 func (t *Task) deliverSignals() {
 	p := t.p
+	t.jobPark()
 	handled := false
 	for !t.stop {
 		p.mu.Lock()
@@ -210,6 +228,8 @@ func (t *Task) deliverSignals() {
 		if act.handler > sigIgn && act.flags&saResethand != 0 {
 			p.sigacts[sig] = sigaction{}
 		}
+		info := p.info[sig]
+		p.info[sig] = sigInfo{}
 		p.mu.Unlock()
 		switch {
 		case act.handler == sigIgn:
@@ -218,13 +238,18 @@ func (t *Task) deliverSignals() {
 			if defaultIgnored(sig) {
 				continue
 			}
+			if isStopSignal(sig) {
+				p.stopAction(sig)
+				t.jobPark()
+				continue
+			}
 			t.exitGroup(ExitStatus{Signal: sig})
 			return
 		}
 		if t.interrupted && act.flags&saRestart != 0 {
 			t.restartSyscall()
 		}
-		if err := t.setupFrame(sig, act, sigInfo{code: 0}); err != nil {
+		if err := t.setupFrame(sig, act, info); err != nil {
 			p.k.cfg.Log("pid %d: signal %d: %v", p.pid, sig, err)
 			if errors.Is(err, unix.ENOMEM) {
 				t.exitGroup(ExitStatus{Signal: unix.SIGKILL, OOMKilled: true})
@@ -240,6 +265,12 @@ func (t *Task) deliverSignals() {
 		t.restartSyscall()
 	}
 	t.interrupted = false
+	// A mask that sigsuspend, ppoll or pselect6 set for their wait lasts until a handler's frame
+	// has saved the one to go back to; with no handler run, it goes back now.
+	if t.savedMask != nil {
+		t.setMask(*t.savedMask)
+		t.savedMask = nil
+	}
 }
 
 // copyOutRetry writes a signal frame; when the grant is short (a copy-on-write page of the stack
@@ -320,6 +351,9 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 		le.PutUint64(inf[16:], info.addr)
 	} else {
 		le.PutUint32(inf[16:], uint32(info.pid))
+	}
+	if sig == unix.SIGCHLD {
+		le.PutUint32(inf[24:], uint32(info.status))
 	}
 	if err := t.copyOutRetry(sp, f); err != nil {
 		return err

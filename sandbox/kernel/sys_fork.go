@@ -76,6 +76,10 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 
 	ct := &Task{p: child, tid: pid, th: th, fsBase: t.fsBase, interrupt: make(chan struct{}, 1)}
 	ct.altstack = t.altstack
+	ct.setMask(t.mask()) // a child starts with its parent's signal mask and scheduling
+	if t.kt != nil {
+		ct.kt = t.kt.Fork(ct)
+	}
 	regs := *t.th.Regs
 	regs.Rax = 0
 	if stack != 0 {
@@ -226,81 +230,6 @@ func unwrapErrno(err error) error {
 		return e
 	}
 	return unix.ENOEXEC
-}
-
-// wait4(pid, wstatus, options, rusage).
-func sysWait4(t *Task, a sysargs) (uint64, error) {
-	return t.wait(int64(int32(a[0])), a[1], a[2], a[3])
-}
-
-func (p *Process) waitStatus() uint32 {
-	if p.status.Signal != 0 {
-		return uint32(p.status.Signal) & 0x7f
-	}
-	return uint32(p.status.Code&0xff) << 8
-}
-
-func (t *Task) wait(pid int64, statusAddr, options, rusageAddr uint64) (uint64, error) {
-	p, k := t.p, t.p.k
-	if options&^(unix.WNOHANG|unix.WUNTRACED|unix.WCONTINUED|unix.WALL|unix.WCLONE|unix.WNOTHREAD) != 0 {
-		return 0, unix.EINVAL
-	}
-	for {
-		k.mu.Lock()
-		found := false
-		var reaped *Process
-		for _, ch := range p.children {
-			match := pid == -1 || pid > 0 && int64(ch.pid) == pid || pid == 0 && ch.pgid == p.pgid ||
-				pid < -1 && int64(ch.pgid) == -pid
-			if !match {
-				continue
-			}
-			found = true
-			if ch.zombie {
-				reaped = ch
-				delete(p.children, ch.pid)
-				ch.zombie = false
-				break
-			}
-		}
-		k.mu.Unlock()
-		if reaped != nil {
-			if statusAddr != 0 {
-				var b [4]byte
-				binary.LittleEndian.PutUint32(b[:], reaped.waitStatus())
-				if err := k.svc.CopyOut(p.as, statusAddr, b[:]); err != nil {
-					return 0, err
-				}
-			}
-			if rusageAddr != 0 {
-				var ru [144]byte
-				if err := k.svc.CopyOut(p.as, rusageAddr, ru[:]); err != nil {
-					return 0, err
-				}
-			}
-			return uint64(reaped.pid), nil
-		}
-		if !found {
-			return 0, unix.ECHILD
-		}
-		if options&unix.WNOHANG != 0 {
-			return 0, nil
-		}
-		cut := false
-		t.blocking(func() {
-			select {
-			case <-p.childEvent:
-			case <-t.interrupt:
-				cut = true
-			case <-p.stub.Exited():
-				cut = true
-			}
-		})
-		if cut {
-			t.interrupted = true
-			return 0, unix.EINTR
-		}
-	}
 }
 
 func sysPipe(t *Task, a sysargs) (uint64, error)  { return t.pipe(a[0], 0) }

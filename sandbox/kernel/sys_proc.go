@@ -314,22 +314,6 @@ func sysClockNanosleep(t *Task, a sysargs) (uint64, error) {
 	return 0, nil
 }
 
-func sysSchedYield(t *Task, a sysargs) (uint64, error) {
-	t.yield()
-	return 0, nil
-}
-
-// sched_getaffinity shows the sandbox's vCPUs, so nproc and runtimes size themselves to N.
-func sysSchedGetaffinity(t *Task, a sysargs) (uint64, error) {
-	if a[1] < 8 || a[1]%8 != 0 {
-		return 0, unix.EINVAL
-	}
-	n := t.p.k.sched.N()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(1)<<n-1)
-	return 8, t.p.k.svc.CopyOut(t.p.as, a[2], b[:])
-}
-
 func sysTgkill(t *Task, a sysargs) (uint64, error) {
 	p := t.p.k.lookup(int(int32(a[0])))
 	if p == nil {

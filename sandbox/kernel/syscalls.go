@@ -46,6 +46,8 @@ func init() {
 		unix.SYS_SETPGID: sysSetpgid, unix.SYS_SETSID: sysSetsid,
 		unix.SYS_FORK: sysFork, unix.SYS_VFORK: sysVfork, unix.SYS_CLONE: sysClone,
 		unix.SYS_EXECVE: sysExecve, unix.SYS_EXECVEAT: sysExecveat, unix.SYS_WAIT4: sysWait4,
+		unix.SYS_WAITID: sysWaitid, unix.SYS_POLL: sysPoll, unix.SYS_PPOLL: sysPpoll,
+		unix.SYS_SELECT: sysSelect, unix.SYS_PSELECT6: sysPselect6,
 		unix.SYS_PIPE: sysPipe, unix.SYS_PIPE2: sysPipe2,
 		unix.SYS_RT_SIGRETURN: sysRtSigreturn, unix.SYS_SIGALTSTACK: sysSigaltstack,
 		unix.SYS_RT_SIGPENDING: sysRtSigpending, unix.SYS_PAUSE: sysPause,
@@ -59,6 +61,11 @@ func init() {
 		unix.SYS_TIME: sysTime, unix.SYS_NANOSLEEP: sysNanosleep,
 		unix.SYS_CLOCK_NANOSLEEP: sysClockNanosleep, unix.SYS_SCHED_YIELD: sysSchedYield,
 		unix.SYS_SCHED_GETAFFINITY: sysSchedGetaffinity, unix.SYS_KILL: sysKill,
+		unix.SYS_SCHED_SETAFFINITY: sysSchedSetaffinity, unix.SYS_GETPRIORITY: sysGetpriority,
+		unix.SYS_SETPRIORITY: sysSetpriority, unix.SYS_SCHED_SETSCHEDULER: sysSchedSetscheduler,
+		unix.SYS_SCHED_GETSCHEDULER: sysSchedGetscheduler, unix.SYS_SCHED_SETPARAM: sysSchedSetparam,
+		unix.SYS_SCHED_GETPARAM: sysSchedGetparam, unix.SYS_SCHED_GET_PRIORITY_MAX: sysSchedGetPriorityMax,
+		unix.SYS_SCHED_GET_PRIORITY_MIN: sysSchedGetPriorityMin, unix.SYS_SCHED_RR_GET_INTERVAL: sysSchedRRGetInterval,
 		unix.SYS_TGKILL: sysTgkill, unix.SYS_TKILL: sysTkill, unix.SYS_GETRUSAGE: sysGetrusage,
 	} {
 		syscallTable[nr] = fn

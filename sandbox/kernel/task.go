@@ -21,8 +21,8 @@ type Task struct {
 	tid int
 	th  *crossing.Thread
 
-	vcpu  *kernelet.VCPU // held while the task runs tenant or kernel code
-	spare *kernelet.VCPU // an idle vCPU borrowed to spin on, returned when someone needs it
+	kt    *kernelet.Task // its place in the kernelet: the vCPU it holds, policy, nice, affinity
+	spare bool           // it borrowed an idle vCPU to spin on, returned when someone needs it
 
 	resumeFlags crossing.ResumeFlags
 	fsBase      uint64
@@ -40,6 +40,7 @@ type Task struct {
 	killed      atomic.Bool  // asked to end (exit_group or execve by another task)
 	inTenant    atomic.Int64 // when the task last resumed tenant code (unix ns), 0 while in the kernel
 	carrier     atomic.Int32 // the host thread id of the task's goroutine (for the probe)
+	waiting     atomic.Bool  // in blocking(): it runs nothing until woken (job control)
 
 	spin spinState
 	park park.Parker // the carrier sleeps here in kernel waits that others end directly
@@ -62,19 +63,15 @@ type spinState struct {
 
 // spins decides this round trip's spin windows and borrows or returns the spare vCPU.
 func (t *Task) spins() (stub, sandbox uint64) {
-	sched := t.p.k.sched
-	if t.spare != nil && sched.Waiting() {
-		sched.Release(t.spare)
-		t.spare = nil
-	}
-	if t.spin.pause > 0 {
+	paused := t.spin.pause > 0
+	if paused {
 		t.spin.pause--
-		return 0, 0
 	}
-	if t.spare == nil {
-		if t.spare = sched.TryAcquire(); t.spare == nil {
-			return 0, 0
-		}
+	if t.spare || !paused {
+		t.spare = t.kt.SpinSpare(!paused)
+	}
+	if paused || !t.spare {
+		return 0, 0
 	}
 	us := crossing.CyclesPerMicrosecond()
 	if t.spin.window == 0 {
@@ -97,9 +94,9 @@ func (t *Task) adapt(elapsed uint64) {
 	// The trap came after the carrier had gone to sleep: the spin bought nothing.
 	if t.spin.misses++; t.spin.misses >= 3 {
 		t.spin = spinState{pause: spinBackoff}
-		if t.spare != nil {
-			t.p.k.sched.Release(t.spare)
-			t.spare = nil
+		if t.spare {
+			t.kt.ReturnSpare()
+			t.spare = false
 		}
 	}
 }
@@ -110,8 +107,14 @@ func (t *Task) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	t.recordCarrier()
-	sched := t.p.k.sched
-	t.vcpu = sched.Acquire()
+	defer t.carrierDone()
+	t.p.mu.Lock() // others find the task's kt under p.mu (sys_sched.go)
+	if t.kt == nil {
+		t.kt = t.p.k.sched.NewTask(t)
+	}
+	t.p.mu.Unlock()
+	t.kt.OnGiveWay = t.th.StopSpinning
+	t.kt.Acquire()
 	started := time.Now()
 	var ended ExitStatus
 	for !t.stop {
@@ -148,10 +151,8 @@ func (t *Task) run() {
 			t.deliverSignals()
 		}
 	}
-	if t.spare != nil {
-		sched.Release(t.spare)
-	}
-	sched.Release(t.vcpu)
+	t.kt.Exit()
+	t.spare = false
 	t.p.cpu.Add(int64(time.Since(started)))
 	t.closeInterrupt()
 	t.p.taskDone(t, ended)
@@ -210,34 +211,30 @@ func (t *Task) preempt() {
 	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
 }
 
-// yield gives the vCPU to a waiting task, if any.
+// yield serves a preemption trap (a kick or the time slice): the task gives its vCPU to a
+// waiting task if the kernelet says it should, and waits for one again. Its stub thread stops
+// spinning before the vCPU goes (OnGiveWay), since a thread without a vCPU must not be runnable.
 func (t *Task) yield() {
-	sched := t.p.k.sched
-	if sched.Waiting() {
-		t.giveUpVCPUs()
-		t.vcpu = sched.Acquire()
+	if t.kt.Preempted() {
+		t.spare = false
 	}
 }
 
 // giveUpVCPUs releases the task's vCPU and any spare it borrowed; its stub thread stops spinning,
 // since a thread without a vCPU must not be runnable.
 func (t *Task) giveUpVCPUs() {
-	sched := t.p.k.sched
-	t.th.StopSpinning()
-	if t.spare != nil {
-		sched.Release(t.spare)
-		t.spare = nil
-	}
-	sched.Release(t.vcpu)
-	t.vcpu = nil
+	t.kt.Release() // stops the stub's spinning first (OnGiveWay)
+	t.spare = false
 }
 
 // blocking runs fn (which may block in the host) without holding the vCPU. fn should also
 // return when t.interrupt is poked (a signal came).
 func (t *Task) blocking(fn func()) {
 	t.giveUpVCPUs()
+	t.waiting.Store(true)
 	fn()
-	t.vcpu = t.p.k.sched.Acquire()
+	t.kt.Acquire() // to a vCPU, kicking a holder of lower rank
+	t.waiting.Store(false)
 }
 
 // exitGroup ends the whole process with st: the other tasks see their stub threads die.

@@ -2,29 +2,142 @@
 // sees more than N runnable threads of a pod: a task holds a vCPU while it runs tenant or kernel
 // code and gives it back before it blocks; a carrier may spin only on a vCPU nobody else needs.
 //
-// This first version is one FIFO queue. It must never import the kernel proper, and never let a
-// task run (or spin) without holding a vCPU.
+// Each vCPU has a run queue of the tasks waiting for it. A vCPU that comes free runs the best
+// task allowed on it: real-time tasks (FIFO, RR) by priority, then ordinary ones by least
+// virtual runtime (weighted by nice, as Linux's fair class does), then idle ones. A task that
+// wakes goes to a vCPU it may use; if that vCPU's holder should give way at once, the kernelet
+// asks the kernel to kick it (the kernel makes the holder's stub thread trap, and the holder then
+// calls Preempted). The time slice works the same way: the kernel's preemption ticker asks Overdue
+// which holders have run long enough while someone of their rank waits.
+//
+// It must never import the kernel proper, and never let a task run (or spin) without holding a
+// vCPU: the kernelet only hands out vCPUs, it does not run anything itself.
 package kernelet
 
 import (
 	"fmt"
+	"math"
 	"sync"
+	"time"
 )
+
+// Policy is a task's scheduling policy; the values are Linux's SCHED_* numbers.
+type Policy int
+
+const (
+	Other Policy = 0 // SCHED_OTHER: fair share by nice
+	FIFO  Policy = 1 // SCHED_FIFO: real time, runs until it blocks, yields or a higher one comes
+	RR    Policy = 2 // SCHED_RR: real time, sliced among equals
+	Batch Policy = 3 // SCHED_BATCH: scheduled as Other
+	Idle  Policy = 5 // SCHED_IDLE: runs only when nothing else waits
+)
+
+// Scheduling constants. Runtimes and virtual runtimes are in nanoseconds.
+const (
+	// Slice is how long a task may hold a vCPU while an equal waits for it.
+	Slice = 10 * time.Millisecond
+	// wakeupGranularity is how far ahead (in virtual runtime) a waking ordinary task must be of
+	// an ordinary holder to kick it rather than wait for the slice's end.
+	wakeupGranularity = int64(2 * time.Millisecond)
+	// sleeperCredit is how much virtual runtime a task that slept may be behind the others when
+	// it wakes: enough to run first, not enough to starve the others after a long sleep.
+	sleeperCredit = int64(5 * time.Millisecond)
+	// newTaskDebit places a new task behind the ones that run: a thread or process that starts
+	// does not push its parent off the vCPU (which would make starting many threads quadratic).
+	newTaskDebit = int64(Slice / 2)
+	nice0Weight  = 1024
+)
+
+// weights maps nice -20..19 to a weight: 1024 at nice 0, each step about 1.25 times the next.
+var weights [40]int64
+
+func init() {
+	for i := range weights {
+		weights[i] = int64(math.Round(nice0Weight / math.Pow(1.25, float64(i-20))))
+	}
+}
+
+// Weight is the share weight of an ordinary task of the given nice value.
+func Weight(nice int) int64 { return weights[min(max(nice, -20), 19)+20] }
+
+// class orders the policies: lower runs first.
+func (p Policy) class() int {
+	switch p {
+	case FIFO, RR:
+		return 0
+	case Idle:
+		return 2
+	}
+	return 1
+}
+
+// Valid reports whether the kernelet knows the policy.
+func (p Policy) Valid() bool {
+	switch p {
+	case Other, FIFO, RR, Batch, Idle:
+		return true
+	}
+	return false
+}
+
+// RealTime reports whether the policy takes an rt priority (1..99).
+func (p Policy) RealTime() bool { return p == FIFO || p == RR }
 
 // Kernelet owns the vCPUs of one sandbox.
 type Kernelet struct {
-	onWait  func() // called (without the lock) when a task has to wait for a vCPU
+	onWait func()      // called (without the lock) when a task has to wait for a vCPU
+	kick   func(*Task) // called (without the lock) when a holder should give way at once
+	epoch  time.Time
+	clock  func() int64 // ns since epoch; tests replace it
+
 	mu      sync.Mutex
-	n       int // the vCPUs there are to be; held ones beyond it go when released
-	nextID  int
-	vcpus   []*VCPU
-	free    []*VCPU
-	waiters []chan *VCPU // FIFO of tasks waiting for a vCPU
+	n       int     // the vCPUs there are to be; held ones beyond it go when released
+	vcpus   []*VCPU // by ID; IDs >= n are retiring
+	waiting int     // tasks in run queues
+	seq     uint64  // queueing order
+	minVr   int64   // a floor under the virtual runtimes of ordinary tasks (monotonic)
+	tasks   int     // live tasks, for Stats
 }
 
 // VCPU is one of the sandbox's virtual CPUs.
 type VCPU struct {
 	ID int
+
+	holder   *Task   // the task running on it
+	lent     bool    // lent as a spare for spinning (holder is nil)
+	borrower *Task   // the task that borrowed it, if a task did
+	queue    []*Task // tasks waiting for it
+	retiring bool    // beyond N: it goes when it is released
+}
+
+// Task is a tenant task's place in the kernelet. Its fields are guarded by the kernelet's lock;
+// one goroutine (the task's own) calls Acquire, Release, Yield and Preempted.
+type Task struct {
+	k *Kernelet
+	// Owner is the kernel's task, for the kick callback.
+	Owner any
+	// OnGiveWay, if set, is called just before the task lets go of its vCPU (Release, Exit, or
+	// giving way in Yield or Preempted), under the kernelet's lock: it must only flip a flag (the
+	// kernel ends its stub thread's spinning). Set it before the task's first Acquire.
+	OnGiveWay func()
+
+	policy   Policy
+	nice     int
+	rtprio   int
+	affinity CPUSet // nil: every vCPU
+
+	vr    int64 // virtual runtime (ns, weighted by nice)
+	since int64 // when it got its vCPU, or was last charged
+	got   int64 // when it got its vCPU (for the slice)
+	last  int   // the vCPU it last ran on, -1 if none
+	seq   uint64
+
+	fresh  bool  // not yet run: its first Acquire neither gets sleeper credit nor kicks
+	vcpu   *VCPU // held
+	spare  *VCPU // borrowed to spin on
+	queued *VCPU // the run queue it waits in
+	grant  chan *VCPU
+	exited bool
 }
 
 // New makes a kernelet with n vCPUs.
@@ -32,26 +145,56 @@ func New(n int) (*Kernelet, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("kernelet: %d vCPUs", n)
 	}
-	k := &Kernelet{n: n, nextID: n}
+	k := &Kernelet{n: n, epoch: time.Now()}
 	for i := 0; i < n; i++ {
-		v := &VCPU{ID: i}
-		k.vcpus = append(k.vcpus, v)
-	}
-	for i := n - 1; i >= 0; i-- {
-		k.free = append(k.free, k.vcpus[i])
+		k.vcpus = append(k.vcpus, &VCPU{ID: i})
 	}
 	return k, nil
 }
 
 // OnWait sets a function called whenever a task has to wait for a vCPU (after it is queued):
-// the caller's cue to preempt a task that has run its time slice. Set it before use.
+// the caller's cue to start its time-slice ticker. Set it before use.
 func (k *Kernelet) OnWait(f func()) { k.onWait = f }
+
+// OnKick sets the function that makes a holder give way at once (a waking task of higher rank
+// waits for its vCPU, or its spare is wanted): it must make the holder's task call Preempted
+// soon. It may be called for a task that has meanwhile let go; it must not call into the
+// kernelet. Set it before use.
+func (k *Kernelet) OnKick(f func(*Task)) { k.kick = f }
+
+func (k *Kernelet) now() int64 {
+	if k.clock != nil {
+		return k.clock()
+	}
+	return int64(time.Since(k.epoch))
+}
 
 // N is the number of vCPUs.
 func (k *Kernelet) N() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.n
+}
+
+// NewTask makes a task with Linux's defaults (SCHED_OTHER, nice 0, every vCPU); its virtual
+// runtime starts a little behind the others'.
+func (k *Kernelet) NewTask(owner any) *Task {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.updateMin()
+	k.tasks++
+	return &Task{k: k, Owner: owner, last: -1, vr: k.minVr + newTaskDebit, fresh: true, grant: make(chan *VCPU, 1)}
+}
+
+// Fork makes a task that inherits t's policy, priorities and affinity, as a child thread or
+// process does on Linux; it starts behind its parent.
+func (t *Task) Fork(owner any) *Task {
+	c := t.k.NewTask(owner)
+	t.k.mu.Lock()
+	c.policy, c.nice, c.rtprio, c.affinity = t.policy, t.nice, t.rtprio, t.affinity.clone()
+	c.vr = max(c.vr, t.curVr(t.k.now())+newTaskDebit)
+	t.k.mu.Unlock()
+	return c
 }
 
 // Resize changes the number of vCPUs (the pod's CPU limit changed): new ones serve waiting tasks
@@ -61,96 +204,638 @@ func (k *Kernelet) Resize(n int) error {
 		return fmt.Errorf("kernelet: %d vCPUs", n)
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	for len(k.vcpus) < n {
-		v := &VCPU{ID: k.nextID}
-		k.nextID++
-		k.vcpus = append(k.vcpus, v)
-		k.give(v)
-	}
+	var kicks []*Task
 	k.n = n
-	for len(k.vcpus) > n && len(k.free) > 0 {
-		v := k.free[len(k.free)-1]
-		k.free = k.free[:len(k.free)-1]
-		k.drop(v)
+	for i := range k.vcpus {
+		k.vcpus[i].retiring = i >= n
 	}
+	for len(k.vcpus) < n {
+		k.vcpus = append(k.vcpus, &VCPU{ID: len(k.vcpus)})
+	}
+	// Tasks waiting for a retiring vCPU, or pinned only to such, find another place.
+	var moved []*Task
+	for _, v := range k.vcpus {
+		for _, t := range v.queue {
+			if v.retiring || !t.allowed(v) {
+				moved = append(moved, t)
+			}
+		}
+	}
+	for _, t := range moved {
+		k.dequeue(t)
+		kicks = append(kicks, k.place(t)...)
+	}
+	for i := len(k.vcpus) - 1; i >= n && k.vcpus[i].free(); i-- {
+		k.vcpus = k.vcpus[:i]
+	}
+	for _, v := range k.vcpus {
+		if v.free() && !v.retiring {
+			k.dispatch(v)
+		}
+	}
+	// Holders of vCPUs that go, or of vCPUs they may no longer use, move on their next trap.
+	for _, v := range k.vcpus {
+		if v.holder != nil && (v.retiring || !v.holder.allowed(v)) {
+			kicks = append(kicks, v.holder)
+		}
+	}
+	k.mu.Unlock()
+	k.doKicks(kicks)
 	return nil
 }
 
-// give hands a vCPU to the first waiter or puts it in the free set (k.mu held).
-func (k *Kernelet) give(v *VCPU) {
-	if len(k.waiters) > 0 {
-		ch := k.waiters[0]
-		k.waiters = k.waiters[1:]
-		ch <- v
-		return
-	}
-	k.free = append(k.free, v)
-}
+func (v *VCPU) free() bool { return v.holder == nil && !v.lent }
 
-// drop removes a vCPU for good (k.mu held).
-func (k *Kernelet) drop(v *VCPU) {
-	for i, x := range k.vcpus {
-		if x == v {
-			k.vcpus = append(k.vcpus[:i], k.vcpus[i+1:]...)
-			return
-		}
-	}
-}
-
-// Acquire blocks until a vCPU is free and gives it to the caller; waiters are served in order.
-func (k *Kernelet) Acquire() *VCPU {
+// Acquire blocks until the task holds a vCPU and returns it. The task goes to a vCPU it may
+// use: a free one (its last one first), else the queue of the vCPU whose holder is the weakest,
+// kicking that holder if the task should run before it at once.
+func (t *Task) Acquire() *VCPU {
+	k := t.k
 	k.mu.Lock()
-	if n := len(k.free); n > 0 && len(k.waiters) == 0 {
-		v := k.free[n-1]
-		k.free = k.free[:n-1]
+	if t.vcpu != nil {
+		v := t.vcpu
 		k.mu.Unlock()
 		return v
 	}
-	ch := make(chan *VCPU, 1)
-	k.waiters = append(k.waiters, ch)
+	k.updateMin()
+	if !t.fresh && t.policy.class() != 0 {
+		// A sleeper comes back a little behind the others, not with all the credit it saved.
+		t.vr = max(t.vr, k.minVr-sleeperCredit)
+	}
+	kicks := k.place(t)
+	t.fresh = false
+	v := t.vcpu
 	k.mu.Unlock()
+	k.doKicks(kicks)
+	if v != nil {
+		return <-t.grant // posted by give
+	}
 	if k.onWait != nil {
 		k.onWait()
 	}
-	return <-ch
+	return <-t.grant
 }
 
-// TryAcquire takes a free vCPU if one is free and nobody waits for it, without blocking.
-// Carriers use it to borrow an idle vCPU's time for spinning.
-func (k *Kernelet) TryAcquire() *VCPU {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if n := len(k.free); n > 0 && len(k.waiters) == 0 {
-		v := k.free[n-1]
-		k.free = k.free[:n-1]
-		return v
+// place gives t a free vCPU it may use, or queues it; it returns the holders to kick (k.mu held).
+func (k *Kernelet) place(t *Task) []*Task {
+	var best *VCPU
+	for _, v := range k.vcpus {
+		if v.retiring || !t.allowed(v) || !v.free() {
+			continue
+		}
+		if best == nil || v.ID == t.last {
+			best = v
+		}
+	}
+	if best != nil {
+		k.give(best, t)
+		return nil
+	}
+	// No free vCPU: wait where the holder is weakest (the last vCPU on a tie), or where a spare
+	// is lent (its borrower returns it when kicked).
+	var victim *VCPU
+	for _, v := range k.vcpus {
+		if v.retiring || !t.allowed(v) {
+			continue
+		}
+		if v.lent {
+			victim = v
+			break
+		}
+		if victim == nil || victim.holder != nil && v.holder != nil && k.weaker(v.holder, victim.holder, v.ID == t.last) {
+			victim = v
+		}
+	}
+	if victim == nil {
+		// Only retiring vCPUs are allowed (affinity and shrinking): take any live one.
+		for _, v := range k.vcpus {
+			if !v.retiring {
+				victim = v
+				break
+			}
+		}
+	}
+	k.enqueue(victim, t)
+	switch {
+	case victim.lent && victim.borrower != nil:
+		return []*Task{victim.borrower}
+	case victim.holder != nil && k.preempts(t, victim.holder):
+		if t.fresh && t.policy.class() == victim.holder.policy.class() {
+			return nil // a new task waits its turn among its equals
+		}
+		return []*Task{victim.holder}
 	}
 	return nil
 }
 
-// Waiting reports whether some task waits for a vCPU: a borrowed vCPU must then be returned.
+// weaker reports whether holder a is a better victim than b (tie goes to a when tieToA).
+func (k *Kernelet) weaker(a, b *Task, tieToA bool) bool {
+	now := k.now()
+	ca, cb := a.policy.class(), b.policy.class()
+	if ca != cb {
+		return ca > cb
+	}
+	switch {
+	case ca == 0 && a.rtprio != b.rtprio:
+		return a.rtprio < b.rtprio
+	case ca != 0:
+		va, vb := a.curVr(now), b.curVr(now)
+		if va != vb {
+			return va > vb
+		}
+	}
+	return tieToA
+}
+
+// preempts reports whether waking task w should make holder h give way at once (k.mu held).
+func (k *Kernelet) preempts(w, h *Task) bool {
+	return k.shouldYieldTo(h, w, k.now(), wakeupGranularity)
+}
+
+// curVr is the virtual runtime including the current run (k.mu held).
+func (t *Task) curVr(now int64) int64 {
+	if t.vcpu == nil {
+		return t.vr
+	}
+	return t.vr + (now-t.since)*nice0Weight/t.weight()
+}
+
+func (t *Task) weight() int64 {
+	if t.policy == Idle {
+		return 3 // as Linux weighs SCHED_IDLE among the fair tasks
+	}
+	return Weight(t.nice)
+}
+
+// charge adds the run since the last charge to the task's virtual runtime (k.mu held).
+func (t *Task) charge(now int64) {
+	if t.vcpu != nil && !t.policy.RealTime() {
+		t.vr += (now - t.since) * nice0Weight / t.weight()
+	}
+	t.since = now
+}
+
+// updateMin raises the virtual-runtime floor to the least of the ordinary tasks that hold or
+// wait for a vCPU (k.mu held).
+func (k *Kernelet) updateMin() {
+	now := k.now()
+	m, found := int64(math.MaxInt64), false
+	for _, v := range k.vcpus {
+		if h := v.holder; h != nil && h.policy.class() == 1 {
+			m, found = min(m, h.curVr(now)), true
+		}
+		for _, t := range v.queue {
+			if t.policy.class() == 1 {
+				m, found = min(m, t.vr), true
+			}
+		}
+	}
+	if found && m > k.minVr {
+		k.minVr = m
+	}
+}
+
+func (k *Kernelet) enqueue(v *VCPU, t *Task) {
+	k.seq++
+	t.seq = k.seq
+	t.queued = v
+	v.queue = append(v.queue, t)
+	k.waiting++
+}
+
+func (k *Kernelet) dequeue(t *Task) {
+	v := t.queued
+	if v == nil {
+		return
+	}
+	for i, x := range v.queue {
+		if x == t {
+			v.queue = append(v.queue[:i], v.queue[i+1:]...)
+			break
+		}
+	}
+	t.queued = nil
+	k.waiting--
+}
+
+// give hands free vCPU v to t and posts it on t's grant channel, which the task reads (k.mu
+// held).
+func (k *Kernelet) give(v *VCPU, t *Task) {
+	k.dequeue(t)
+	now := k.now()
+	v.holder = t
+	t.vcpu = v
+	t.since, t.got = now, now
+	t.last = v.ID
+	select {
+	case t.grant <- v:
+	default:
+	}
+}
+
+// before reports whether a should run before b (k.mu held).
+func before(a, b *Task) bool {
+	ca, cb := a.policy.class(), b.policy.class()
+	if ca != cb {
+		return ca < cb
+	}
+	if ca == 0 && a.rtprio != b.rtprio {
+		return a.rtprio > b.rtprio
+	}
+	if ca != 0 && a.vr != b.vr {
+		return a.vr < b.vr
+	}
+	return a.seq < b.seq
+}
+
+// best finds the best waiting task that may run on v: from v's own queue, unless another queue
+// has one of a better class (stealing) (k.mu held).
+func (k *Kernelet) best(v *VCPU) *Task {
+	var own, other *Task
+	for _, t := range v.queue {
+		if t.allowed(v) && (own == nil || before(t, own)) {
+			own = t
+		}
+	}
+	for _, u := range k.vcpus {
+		if u == v {
+			continue
+		}
+		for _, t := range u.queue {
+			if t.allowed(v) && (other == nil || before(t, other)) {
+				other = t
+			}
+		}
+	}
+	switch {
+	case own == nil:
+		return other
+	case other == nil:
+		return own
+	case other.policy.class() != own.policy.class():
+		if other.policy.class() < own.policy.class() {
+			return other
+		}
+	case own.policy.class() == 0:
+		if other.rtprio > own.rtprio {
+			return other
+		}
+	case other.vr+wakeupGranularity < own.vr:
+		// Far behind in its share: take it rather than let queues drift apart.
+		return other
+	}
+	return own
+}
+
+// dispatch gives free vCPU v to the best task that waits for it, if any (k.mu held).
+func (k *Kernelet) dispatch(v *VCPU) {
+	if t := k.best(v); t != nil {
+		k.give(v, t)
+	}
+}
+
+// release lets go of v (k.mu held): it serves the next task, or goes if it is retiring.
+func (k *Kernelet) release(v *VCPU) []*Task {
+	v.holder, v.lent, v.borrower = nil, false, nil
+	if !v.retiring {
+		k.dispatch(v)
+		return nil
+	}
+	var kicks []*Task
+	queue := v.queue
+	v.queue = nil
+	for _, t := range queue {
+		t.queued = nil
+		k.waiting--
+		kicks = append(kicks, k.place(t)...)
+	}
+	for i := len(k.vcpus) - 1; i >= k.n && k.vcpus[i].free(); i-- {
+		k.vcpus = k.vcpus[:i]
+	}
+	return kicks
+}
+
+// Release gives the task's vCPU back (before it blocks or ends): the best waiting task gets it.
+func (t *Task) Release() {
+	k := t.k
+	k.mu.Lock()
+	kicks := t.releaseLocked()
+	k.mu.Unlock()
+	k.doKicks(kicks)
+}
+
+func (t *Task) releaseLocked() []*Task {
+	var kicks []*Task
+	if s := t.spare; s != nil {
+		t.spare = nil
+		kicks = append(kicks, t.k.release(s)...)
+	}
+	v := t.vcpu
+	if v == nil {
+		return kicks
+	}
+	if t.OnGiveWay != nil {
+		t.OnGiveWay()
+	}
+	t.charge(t.k.now())
+	t.vcpu = nil
+	return append(kicks, t.k.release(v)...)
+}
+
+// Exit ends the task: it lets go of its vCPUs and leaves any run queue.
+func (t *Task) Exit() {
+	k := t.k
+	k.mu.Lock()
+	kicks := t.releaseLocked()
+	k.dequeue(t)
+	if !t.exited {
+		t.exited = true
+		k.tasks--
+	}
+	k.mu.Unlock()
+	k.doKicks(kicks)
+}
+
+// Yield is sched_yield: if a task of the same or a better rank waits for this vCPU, the task
+// goes behind it (behind its equals) and waits for a vCPU again. It reports whether it gave way.
+func (t *Task) Yield() bool {
+	return t.giveWay(func(w *Task, now int64) bool {
+		cw, ct := w.policy.class(), t.policy.class()
+		switch {
+		case cw != ct:
+			return cw < ct
+		case cw == 0:
+			return w.rtprio >= t.rtprio
+		}
+		return true
+	}, true)
+}
+
+// Preempted is called when the task trapped on a kick or a time-slice signal: it gives way if
+// it should (a better task waits for its vCPU, an equal one waits and it has run its slice, or
+// it may no longer run on this vCPU). It reports whether it gave way.
+func (t *Task) Preempted() bool {
+	return t.giveWay(func(w *Task, now int64) bool {
+		return t.k.shouldYieldTo(t, w, now, wakeupGranularity)
+	}, false)
+}
+
+// shouldYieldTo reports whether holder h should give its vCPU to waiting task w: w is of a
+// better class or rt priority; or an equal that has run its slice waits (RR, ordinary, idle); or
+// an ordinary w is behind h's virtual runtime by more than gran (k.mu held).
+func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
+	cw, ch := w.policy.class(), h.policy.class()
+	if cw != ch {
+		return cw < ch
+	}
+	ran := now - h.got
+	switch {
+	case cw == 0 && w.rtprio != h.rtprio:
+		return w.rtprio > h.rtprio
+	case cw == 0:
+		return h.policy == RR && ran >= int64(Slice)
+	case cw == 1:
+		vr := h.curVr(now)
+		return w.vr+gran < vr || ran >= int64(Slice) && w.vr <= vr
+	}
+	return ran >= int64(Slice)
+}
+
+// giveWay hands the task's vCPU to the best waiting task that may run on it if yieldTo says so,
+// queues the task, and waits for a vCPU again (k.mu taken here).
+func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool) bool {
+	k := t.k
+	k.mu.Lock()
+	v := t.vcpu
+	if v == nil {
+		k.mu.Unlock()
+		return false
+	}
+	now := k.now()
+	mustMove := v.retiring || !t.allowed(v)
+	w := k.best(v)
+	if !mustMove && (w == nil || !yieldTo(w, now)) {
+		k.mu.Unlock()
+		return false
+	}
+	if t.OnGiveWay != nil {
+		t.OnGiveWay()
+	}
+	var kicks []*Task
+	if s := t.spare; s != nil {
+		t.spare = nil
+		kicks = append(kicks, k.release(s)...)
+	}
+	t.charge(now)
+	t.vcpu = nil
+	if behindEquals && w != nil && t.policy.class() != 0 && w.policy.class() == t.policy.class() {
+		// Behind its equals: after every ordinary task now waiting.
+		t.vr = max(t.vr, k.maxQueuedVr(t.policy.class())+1)
+	}
+	v.holder = nil
+	if mustMove {
+		kicks = append(kicks, k.release(v)...)
+		kicks = append(kicks, k.place(t)...)
+	} else {
+		k.enqueue(v, t) // behind its equals: the newest in the queue order
+		if w != nil && w.vcpu == nil && w.queued != nil {
+			k.give(v, w)
+		} else {
+			k.dispatch(v) // w took the spare this task returned above
+		}
+	}
+	got := t.vcpu
+	k.mu.Unlock()
+	k.doKicks(kicks)
+	if got == nil && k.onWait != nil {
+		k.onWait()
+	}
+	<-t.grant // posted by give, now or when a vCPU comes free
+	return true
+}
+
+func (k *Kernelet) maxQueuedVr(class int) int64 {
+	m := int64(math.MinInt64)
+	for _, v := range k.vcpus {
+		for _, t := range v.queue {
+			if t.policy.class() == class {
+				m = max(m, t.vr)
+			}
+		}
+	}
+	return m
+}
+
+// Overdue lists the holders that should give way now (the kernel then kicks them), and reports
+// whether any task waits at all (the ticker stops when none does).
+func (k *Kernelet) Overdue() (due []*Task, waiting bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.now()
+	for _, v := range k.vcpus {
+		h := v.holder
+		if h == nil {
+			continue
+		}
+		if v.retiring || !h.allowed(v) {
+			due = append(due, h)
+			continue
+		}
+		if w := k.best(v); w != nil && k.shouldYieldTo(h, w, now, int64(Slice)) {
+			due = append(due, h)
+		}
+	}
+	return due, k.waiting > 0
+}
+
+func (k *Kernelet) doKicks(ts []*Task) {
+	if k.kick == nil {
+		return
+	}
+	for _, t := range ts {
+		k.kick(t)
+	}
+}
+
+// BorrowSpare lends the task a free vCPU to spin on, if one is free and no task waits; it
+// returns whether the task holds a spare (it may already have one). A spare is returned with
+// ReturnSpare, or at once when the task lets go of its own vCPU.
+func (t *Task) BorrowSpare() bool {
+	k := t.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t.spare != nil {
+		return true
+	}
+	if k.waiting > 0 || t.vcpu == nil {
+		return false
+	}
+	for _, v := range k.vcpus {
+		if v.free() && !v.retiring {
+			v.lent, v.borrower = true, t
+			t.spare = v
+			return true
+		}
+	}
+	return false
+}
+
+// SpinSpare is the carrier's check before each round trip, under one lock: it returns a spare
+// that a waiting task wants (or that is retiring), borrows one if borrow is set and a vCPU is
+// free and unwanted, and reports whether the task holds a spare now.
+func (t *Task) SpinSpare(borrow bool) bool {
+	k := t.k
+	k.mu.Lock()
+	var kicks []*Task
+	if s := t.spare; s != nil && (k.waiting > 0 || s.retiring) {
+		t.spare = nil
+		kicks = k.release(s)
+	}
+	if t.spare == nil && borrow && k.waiting == 0 && t.vcpu != nil {
+		for _, v := range k.vcpus {
+			if v.free() && !v.retiring {
+				v.lent, v.borrower = true, t
+				t.spare = v
+				break
+			}
+		}
+	}
+	has := t.spare != nil
+	k.mu.Unlock()
+	k.doKicks(kicks)
+	return has
+}
+
+// SpareWanted reports whether a task waits, so that a borrowed spare must be returned.
+func (t *Task) SpareWanted() bool {
+	k := t.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return t.spare != nil && (k.waiting > 0 || t.spare.retiring)
+}
+
+// ReturnSpare gives a borrowed spare back.
+func (t *Task) ReturnSpare() {
+	k := t.k
+	k.mu.Lock()
+	var kicks []*Task
+	if s := t.spare; s != nil {
+		t.spare = nil
+		kicks = k.release(s)
+	}
+	k.mu.Unlock()
+	k.doKicks(kicks)
+}
+
+// HasSpare reports whether the task holds a spare.
+func (t *Task) HasSpare() bool {
+	t.k.mu.Lock()
+	defer t.k.mu.Unlock()
+	return t.spare != nil
+}
+
+// TryAcquire lends a free vCPU to a caller that is not a task (the crossing's timing at start),
+// if one is free and nobody waits; give it back with Release.
+func (k *Kernelet) TryAcquire() *VCPU {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.waiting > 0 {
+		return nil
+	}
+	for _, v := range k.vcpus {
+		if v.free() && !v.retiring {
+			v.lent = true
+			return v
+		}
+	}
+	return nil
+}
+
+// Release gives back a vCPU lent by TryAcquire.
+func (k *Kernelet) Release(v *VCPU) {
+	k.mu.Lock()
+	kicks := k.release(v)
+	k.mu.Unlock()
+	k.doKicks(kicks)
+}
+
+// Waiting reports whether some task waits for a vCPU.
 func (k *Kernelet) Waiting() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return len(k.waiters) > 0
-}
-
-// Release gives a vCPU back: to the first waiter, or to the free set, or away when the kernelet
-// has shrunk.
-func (k *Kernelet) Release(v *VCPU) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(k.vcpus) > k.n {
-		k.drop(v)
-		return
-	}
-	k.give(v)
+	return k.waiting > 0
 }
 
 // Idle is the number of free vCPUs.
 func (k *Kernelet) Idle() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return len(k.free)
+	n := 0
+	for _, v := range k.vcpus {
+		if v.free() && !v.retiring {
+			n++
+		}
+	}
+	return n
+}
+
+// Stats is a snapshot of the kernelet.
+type Stats struct {
+	VCPUs, Held, Lent, Waiting, Tasks int
+}
+
+// Stats returns how many vCPUs are held, lent as spares, and how many tasks wait.
+func (k *Kernelet) Stats() Stats {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := Stats{VCPUs: k.n, Waiting: k.waiting, Tasks: k.tasks}
+	for _, v := range k.vcpus {
+		if v.holder != nil {
+			s.Held++
+		}
+		if v.lent {
+			s.Lent++
+		}
+	}
+	return s
 }

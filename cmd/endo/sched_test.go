@@ -1,0 +1,123 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The kernelet's promises, seen from tenant programs (tenants/sched.c).
+
+// fields parses a tenant's "key=value ..." line into integers.
+func fields(t *testing.T, line string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, m := range regexp.MustCompile(`(\w+)=(-?\d+)`).FindAllStringSubmatch(line, -1) {
+		v, err := strconv.ParseInt(m[2], 10, 64)
+		require.NoError(t, err, line)
+		out[m[1]] = v
+	}
+	require.NotEmpty(t, out, "no fields in %q", line)
+	return out
+}
+
+func endoCPUs(t *testing.T, cpus string, args ...string) result {
+	t.Helper()
+	return runCmd(t, "", endoBin, append([]string{"run", "--cpus", cpus, "--rootfs", rootfs, "--"}, args...)...)
+}
+
+// Fifty busy threads on two vCPUs: Linux sees about two of the sandbox's tasks runnable at once
+// (the probe samples the carriers' and stub threads' states). The kernelet never lets more than
+// two tasks hold vCPUs (its own tests), but a hand-off between two host threads is "wake the
+// other, then sleep", and on a busy host the one that hands off can wait for a CPU, still
+// runnable, for milliseconds after the other has started: the probe then sees three, rarely
+// four. So this test bounds how often and by how much; ENDO_STRICT_PROBE=1 asks for the strict
+// promise (at most two in every sample), which this design does not keep on a loaded host.
+func TestProbeSeesAtMostNRunnable(t *testing.T) {
+	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--rootfs", rootfs, "--", "/bin/sched", "busy", "50", "3000")
+	require.Equal(t, 0, got.code, got.stderr)
+	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on (\d+) vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
+	require.NotNil(t, m, got.stderr)
+	most, _ := strconv.Atoi(m[1])
+	over, _ := strconv.Atoi(m[3])
+	samples, _ := strconv.Atoi(m[4])
+	require.Equal(t, "2", m[2])
+	require.GreaterOrEqual(t, samples, 20, got.stderr)
+	require.GreaterOrEqual(t, most, 1, "the busy threads were seen running")
+	if os.Getenv("ENDO_STRICT_PROBE") != "" {
+		require.LessOrEqual(t, most, 2, got.stderr)
+	}
+	// Without the kernelet all fifty would be runnable in every sample.
+	require.LessOrEqual(t, most, 4, got.stderr)
+	require.LessOrEqual(t, float64(over), 0.3*float64(samples), got.stderr)
+	require.Greater(t, fields(t, got.stdout)["work"], int64(0))
+	requireNoStubs(t)
+}
+
+// A nice 19 busy thread gets far less of a vCPU than a nice 0 one (Linux: ~1.5%).
+func TestNiceShares(t *testing.T) {
+	got := endoCPUs(t, "1", "/bin/sched", "nice", "1000")
+	require.Equal(t, 0, got.code, got.stderr)
+	f := fields(t, got.stdout)
+	require.Greater(t, f["nice0"], int64(0), got.stdout)
+	require.GreaterOrEqual(t, f["nice0"], 5*f["nice19"], got.stdout)
+}
+
+// A SCHED_FIFO thread that wakes from a 2 ms sleep preempts a busy SCHED_OTHER thread on the only
+// vCPU at once, not at the end of the busy thread's 10 ms slice.
+func TestFIFOPreemptsBusyThread(t *testing.T) {
+	got := endoCPUs(t, "1", "/bin/sched", "fifo", "100", "2")
+	require.Equal(t, 0, got.code, got.stderr)
+	f := fields(t, got.stdout)
+	require.Less(t, f["median_us"], int64(5000), "the median wake is late by more than half a slice: %s", got.stdout)
+}
+
+// Threads blocked in a pipe read, a futex wait and nanosleep hold no vCPU: a busy thread beside
+// ten of them does about as much work as alone, and they all wake when their event comes.
+func TestBlockedThreadsHoldNoVCPU(t *testing.T) {
+	var alone, beside int64
+	for i := 0; i < 2; i++ {
+		got := endoCPUs(t, "1", "/bin/sched", "blocked", "0", "700")
+		require.Equal(t, 0, got.code, got.stderr)
+		alone = max(alone, fields(t, got.stdout)["work"])
+		got = endoCPUs(t, "1", "/bin/sched", "blocked", "10", "700")
+		require.Equal(t, 0, got.code, got.stderr)
+		f := fields(t, got.stdout)
+		require.Equal(t, int64(10), f["woke"], got.stdout)
+		beside = max(beside, f["work"])
+	}
+	require.Greater(t, alone, int64(0))
+	require.GreaterOrEqual(t, float64(beside), 0.7*float64(alone), "alone %d, beside 10 blocked threads %d", alone, beside)
+	requireNoStubs(t)
+}
+
+// The scheduling calls: affinity within the pod's vCPUs, nice round trips, policies.
+func TestSchedulingCalls(t *testing.T) {
+	got := endoCPUs(t, "2", "/bin/sched", "api")
+	require.Equal(t, result{"ok cpus=2 nprocs=2\nok affinity\nok priority\nok scheduler\n", "", 0}, got)
+	require.Equal(t, result{"2\n", "", 0}, endoCPUs(t, "2", "busybox", "nproc"))
+	require.Equal(t, result{"1\n", "", 0}, endoCPUs(t, "1", "busybox", "nproc"))
+	// The same program natively checks the test itself against Linux.
+	require.Equal(t, 0, native(t, "/bin/sched", "api").code)
+}
+
+// The kernelet's measurements for sched-perf return one sample per round.
+func TestKerneletMeasurements(t *testing.T) {
+	for name, f := range map[string]func(int) []time.Duration{
+		"yield":     kerneletYieldRoundTrip,
+		"wake":      kerneletWakeSameVCPU,
+		"wake-kick": kerneletWakeKick,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := f(200)
+			require.Len(t, s, 200)
+			for _, d := range s {
+				require.Greater(t, d, time.Duration(0))
+			}
+		})
+	}
+}
