@@ -62,3 +62,10 @@ func TestFileMappingOutlivesItsDescriptor(t *testing.T) {
 		require.NoError(t, os.Remove(path))
 	}
 }
+
+// A child process and a thread inherit their parent's nice value and signal mask.
+func TestChildrenInheritNiceAndMask(t *testing.T) {
+	want := native(t, "/bin/inherit")
+	require.Equal(t, "parent: nice 5, SIGUSR1 blocked 1\nchild: nice 5, SIGUSR1 blocked 1\nthread: nice 5, SIGUSR1 blocked 1\n", want.stdout)
+	require.Equal(t, want, endo(t, "/bin/inherit"))
+}

@@ -34,6 +34,9 @@ func (t *Task) newThread(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	}
 	nt := &Task{p: p, tid: tid, th: th, fsBase: t.fsBase, interrupt: make(chan struct{}, 1)}
 	nt.setMask(t.mask())
+	if t.kt != nil {
+		nt.kt = t.kt.Fork(nt) // policy, nice and affinity, as Linux's threads inherit them
+	}
 	regs := *t.th.Regs
 	regs.Rax = 0
 	if stack != 0 {
