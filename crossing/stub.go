@@ -286,11 +286,11 @@ func (s *Stub) Reusable() (*Thread, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.threads[0]
-	if t == nil || atomic.LoadUint32(t.state) != stateTrapped {
+	if t == nil || s.sysmsg == nil || atomic.LoadUint32(t.state) != stateTrapped {
 		return nil, false
 	}
 	for _, o := range s.threads[1:] {
-		if o != nil && !o.Dead() {
+		if o != nil && !o.deadLocked() {
 			return nil, false
 		}
 	}

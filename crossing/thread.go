@@ -25,6 +25,10 @@ type Thread struct {
 
 	// Regs are the thread's registers as of its last trap; change them before Resume.
 	Regs *unix.PtraceRegs
+
+	// SpinWhile, if set, must stay true for the sandbox side to keep spinning: the CPU it
+	// spins on is lent, and the lender may want it back before the window ends.
+	SpinWhile *atomic.Bool
 }
 
 func (s *Stub) newThread(i int) (*Thread, error) {
@@ -53,8 +57,18 @@ func (t *Thread) Stub() *Stub { return t.stub }
 // Tid is the host thread id, for the preemption signal.
 func (t *Thread) Tid() int { return t.tid }
 
-// Dead reports whether the thread has ended (its exit cleared its state word).
-func (t *Thread) Dead() bool { return atomic.LoadUint32(t.state) == stateDead }
+// Dead reports whether the thread has ended (its exit cleared its state word), or its whole
+// stub has been released (the state word is gone with the sysmsg mapping).
+func (t *Thread) Dead() bool {
+	s := t.stub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.deadLocked()
+}
+
+func (t *Thread) deadLocked() bool {
+	return t.stub.sysmsg == nil || atomic.LoadUint32(t.state) == stateDead
+}
 
 // Release frees the thread's slot for a new thread once the thread has ended.
 func (t *Thread) Release() {
@@ -162,6 +176,9 @@ func (t *Thread) wait(spin uint64) error {
 		for rdtsc()-t0 < spin {
 			if atomic.LoadUint32(t.state) != stateResume {
 				return t.stopped()
+			}
+			if t.SpinWhile != nil && !t.SpinWhile.Load() {
+				break
 			}
 			cpuRelax()
 		}

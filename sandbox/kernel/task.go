@@ -114,6 +114,7 @@ func (t *Task) run() {
 	}
 	t.p.mu.Unlock()
 	t.kt.OnGiveWay = t.th.StopSpinning
+	t.th.SpinWhile = &t.kt.SpareHeld
 	t.kt.Acquire()
 	started := time.Now()
 	var ended ExitStatus

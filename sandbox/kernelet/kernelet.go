@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -132,12 +133,16 @@ type Task struct {
 	last  int   // the vCPU it last ran on, -1 if none
 	seq   uint64
 
-	fresh  bool  // not yet run: its first Acquire neither gets sleeper credit nor kicks
-	vcpu   *VCPU // held
-	spare  *VCPU // borrowed to spin on
-	queued *VCPU // the run queue it waits in
-	grant  chan *VCPU
-	exited bool
+	fresh bool  // not yet run: its first Acquire neither gets sleeper credit nor kicks
+	vcpu  *VCPU // held
+	spare *VCPU // borrowed to spin on
+
+	// SpareHeld is true while the task holds a spare: the carrier spins only as long
+	// (crossing.Thread.SpinWhile); a waiter can take the spare back at any moment.
+	SpareHeld atomic.Bool
+	queued    *VCPU // the run queue it waits in
+	grant     chan *VCPU
+	exited    bool
 }
 
 // New makes a kernelet with n vCPUs.
@@ -315,10 +320,20 @@ func (k *Kernelet) place(t *Task) []*Task {
 			}
 		}
 	}
+	if victim.lent && victim.borrower != nil {
+		// A spare is only lent while nobody needs it: take it back now. Its borrower stops
+		// spinning (its stub at once, its carrier as it sees SpareHeld), no trap needed.
+		b := victim.borrower
+		b.setSpare(nil)
+		victim.lent, victim.borrower = false, nil
+		if b.OnGiveWay != nil {
+			b.OnGiveWay()
+		}
+		k.give(victim, t)
+		return nil
+	}
 	k.enqueue(victim, t)
 	switch {
-	case victim.lent && victim.borrower != nil:
-		return []*Task{victim.borrower}
 	case victim.holder != nil && k.preempts(t, victim.holder):
 		if t.fresh && t.policy.class() == victim.holder.policy.class() {
 			return nil // a new task waits its turn among its equals
@@ -416,6 +431,12 @@ func (k *Kernelet) dequeue(t *Task) {
 	}
 	t.queued = nil
 	k.waiting--
+}
+
+// setSpare records the spare t holds (k.mu held).
+func (t *Task) setSpare(v *VCPU) {
+	t.spare = v
+	t.SpareHeld.Store(v != nil)
 }
 
 // give hands free vCPU v to t and posts it on t's grant channel, which the task reads (k.mu
@@ -527,7 +548,7 @@ func (t *Task) Release() {
 func (t *Task) releaseLocked() []*Task {
 	var kicks []*Task
 	if s := t.spare; s != nil {
-		t.spare = nil
+		t.setSpare(nil)
 		kicks = append(kicks, t.k.release(s)...)
 	}
 	v := t.vcpu
@@ -623,7 +644,7 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool)
 	}
 	var kicks []*Task
 	if s := t.spare; s != nil {
-		t.spare = nil
+		t.setSpare(nil)
 		kicks = append(kicks, k.release(s)...)
 	}
 	t.charge(now)
@@ -713,7 +734,7 @@ func (t *Task) BorrowSpare() bool {
 	for _, v := range k.vcpus {
 		if v.free() && !v.retiring {
 			v.lent, v.borrower = true, t
-			t.spare = v
+			t.setSpare(v)
 			return true
 		}
 	}
@@ -728,14 +749,14 @@ func (t *Task) SpinSpare(borrow bool) bool {
 	k.mu.Lock()
 	var kicks []*Task
 	if s := t.spare; s != nil && (k.waiting > 0 || s.retiring) {
-		t.spare = nil
+		t.setSpare(nil)
 		kicks = k.release(s)
 	}
 	if t.spare == nil && borrow && k.waiting == 0 && t.vcpu != nil {
 		for _, v := range k.vcpus {
 			if v.free() && !v.retiring {
 				v.lent, v.borrower = true, t
-				t.spare = v
+				t.setSpare(v)
 				break
 			}
 		}
@@ -760,7 +781,7 @@ func (t *Task) ReturnSpare() {
 	k.mu.Lock()
 	var kicks []*Task
 	if s := t.spare; s != nil {
-		t.spare = nil
+		t.setSpare(nil)
 		kicks = k.release(s)
 	}
 	k.mu.Unlock()

@@ -326,22 +326,28 @@ func TestYield(t *testing.T) {
 	require.Equal(t, Stats{VCPUs: 1, Held: 1, Tasks: 2}, k.Stats())
 }
 
-// A spare is lent only when nobody waits, and a task that comes to wait kicks its borrower.
+// A spare is lent only when nobody waits: a task that comes to want it takes it back at once,
+// and its borrower is told to stop spinning (OnGiveWay) without a kick.
 func TestSpare(t *testing.T) {
 	k := newK(t, 2)
 	kicked := make(chan *Task, 4)
 	k.OnKick(func(x *Task) { kicked <- x })
 	a := k.NewTask("a")
+	var stopped atomic.Bool
+	a.OnGiveWay = func() { stopped.Store(true) }
 	a.Acquire()
 	require.True(t, a.BorrowSpare())
+	require.True(t, a.SpareHeld.Load())
 	require.False(t, a.SpareWanted())
 	require.Equal(t, 0, k.Idle())
 	b := k.NewTask("b")
-	got := acquireAsync(t, k, b)
-	require.Equal(t, a, <-kicked)
-	require.True(t, a.SpareWanted())
-	a.ReturnSpare()
-	<-got
+	vb := b.Acquire()
+	require.NotNil(t, vb, "b got the spare back from a at once")
+	require.False(t, a.SpareHeld.Load())
+	require.False(t, a.HasSpare())
+	require.True(t, stopped.Load(), "a's spinning was stopped")
+	require.Empty(t, kicked)
+	a.ReturnSpare() // nothing left to return: harmless
 	require.False(t, a.BorrowSpare(), "no free vCPU")
 	require.Nil(t, k.TryAcquire())
 	b.Exit()
@@ -452,28 +458,31 @@ func TestResizeUnderLoad(t *testing.T) {
 // A task that gives way while it holds a spare: the spare and its own vCPU go to two different
 // tasks (the waiter must not end up holding both).
 func TestGiveWayWithSpare(t *testing.T) {
-	k := newK(t, 2)
-	a, b := k.NewTask("a"), k.NewTask("b")
+	k := newK(t, 3)
+	a, b, c := k.NewTask("a"), k.NewTask("b"), k.NewTask("c")
 	b.Acquire() // b has run: it is no newcomer when it comes back
 	b.Release()
+	c.Acquire()
 	a.Acquire()
 	require.True(t, a.SpinSpare(true))
-	got := acquireAsync(t, k, b)
+	require.Equal(t, 0, k.Idle())
 	yielded := make(chan bool)
 	go func() { yielded <- a.Yield() }()
-	vb := <-got
 	select {
 	case <-yielded:
 	case <-time.After(2 * time.Second):
 		t.Fatal("the yielding task never got a vCPU back")
 	}
-	require.Equal(t, Stats{VCPUs: 2, Held: 2, Tasks: 2}, k.Stats())
+	vb := b.Acquire() // the spare a gave back with its own vCPU
+	require.Equal(t, Stats{VCPUs: 3, Held: 3, Tasks: 3}, k.Stats())
 	k.mu.Lock()
 	require.NotNil(t, a.vcpu)
 	require.NotEqual(t, a.vcpu.ID, vb.ID)
 	require.Same(t, b, vb.holder)
+	require.Nil(t, a.spare)
 	k.mu.Unlock()
 	a.Exit()
 	b.Exit()
-	require.Equal(t, 2, k.Idle())
+	c.Exit()
+	require.Equal(t, 3, k.Idle())
 }
