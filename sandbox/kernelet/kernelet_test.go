@@ -439,12 +439,13 @@ func TestResizeUnderLoad(t *testing.T) {
 	}
 	for _, n := range []int{4, 1, 3, 2, 4} {
 		if int32(n) > limit.Load() {
-			require.NoError(t, k.Resize(n))
+			// Growing: the new vCPUs serve waiters at once, so the limit goes up first.
 			limit.Store(int32(n))
+			require.NoError(t, k.Resize(n))
 		} else {
 			// Shrinking: the old, larger count holds until the retiring vCPUs are released.
 			require.NoError(t, k.Resize(n))
-			time.Sleep(5 * time.Millisecond)
+			waitFor(t, func() bool { return k.Stats().Held <= n })
 			limit.Store(int32(n))
 		}
 		time.Sleep(20 * time.Millisecond)
