@@ -248,15 +248,21 @@ func checkPolicy(policy, prio int) (kernelet.Policy, error) {
 }
 
 func sysSchedSetscheduler(t *Task, a sysargs) (uint64, error) {
-	x, err := schedTarget(t, int(int32(a[0])))
+	return t.setPolicy(int(int32(a[0])), a[2], func(*Task) int { return int(int32(a[1])) &^ schedResetOnFork })
+}
+
+// setPolicy is sched_setscheduler and sched_setparam: policy gives the policy to set on the
+// target (the caller's, or the target's own).
+func (t *Task) setPolicy(pid int, paramAddr uint64, policy func(x *Task) int) (uint64, error) {
+	x, err := schedTarget(t, pid)
 	if err != nil {
 		return 0, err
 	}
-	prio, err := t.readSchedParam(a[2])
+	prio, err := t.readSchedParam(paramAddr)
 	if err != nil {
 		return 0, err
 	}
-	p, err := checkPolicy(int(int32(a[1]))&^schedResetOnFork, prio)
+	p, err := checkPolicy(policy(x), prio)
 	if err != nil {
 		return 0, err
 	}
@@ -277,24 +283,10 @@ func sysSchedGetscheduler(t *Task, a sysargs) (uint64, error) {
 }
 
 func sysSchedSetparam(t *Task, a sysargs) (uint64, error) {
-	x, err := schedTarget(t, int(int32(a[0])))
-	if err != nil {
-		return 0, err
-	}
-	prio, err := t.readSchedParam(a[1])
-	if err != nil {
-		return 0, err
-	}
-	cur, _ := x.kt.Policy()
-	p, err := checkPolicy(int(cur), prio)
-	if err != nil {
-		return 0, err
-	}
-	x.kt.SetPolicy(p, prio, x == t)
-	if x == t {
-		t.yield()
-	}
-	return 0, nil
+	return t.setPolicy(int(int32(a[0])), a[1], func(x *Task) int {
+		cur, _ := x.kt.Policy()
+		return int(cur)
+	})
 }
 
 func sysSchedGetparam(t *Task, a sysargs) (uint64, error) {
