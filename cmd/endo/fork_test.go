@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,4 +69,18 @@ func TestChildrenInheritNiceAndMask(t *testing.T) {
 	want := native(t, "/bin/inherit")
 	require.Equal(t, "parent: nice 5, SIGUSR1 blocked 1\nchild: nice 5, SIGUSR1 blocked 1\nthread: nice 5, SIGUSR1 blocked 1\n", want.stdout)
 	require.Equal(t, want, endo(t, "/bin/inherit"))
+}
+
+// wait4 reports a child's CPU time: busybox time shows the user time of a loop that makes no
+// system call, as natively (zero before the sandbox kept children's usage).
+func TestTimeReportsChildCPU(t *testing.T) {
+	script := `i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done`
+	for _, r := range []result{native(t, "/bin/time", "-p", "sh", "-c", script), endo(t, "/bin/time", "-p", "sh", "-c", script)} {
+		require.Equal(t, 0, r.code, r.stderr)
+		var real, user, sys float64
+		_, err := fmt.Sscanf(r.stderr, "real %f\nuser %f\nsys %f", &real, &user, &sys)
+		require.NoError(t, err, r.stderr)
+		require.Greater(t, user+sys, 0.02, r.stderr)
+		require.LessOrEqual(t, user+sys, real*1.5+0.05, r.stderr)
+	}
 }

@@ -64,7 +64,7 @@ func makeRootfs(root string) error {
 		return err
 	}
 	for _, a := range []string{"sh", "echo", "cat", "ls", "wc", "uname", "true", "false", "tty", "stty",
-		"sleep", "kill", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date", "dd", "yes", "env"} {
+		"sleep", "kill", "time", "ps", "sort", "xargs", "find", "seq", "head", "tr", "expr", "grep", "sed", "date", "dd", "yes", "env"} {
 		if err := os.Symlink("busybox", filepath.Join(bin, a)); err != nil {
 			return err
 		}

@@ -256,6 +256,7 @@ const (
 
 // waitEvent is one child state change that a wait collects.
 type waitEvent struct {
+	ru     usage // of an exited child and its waited-for children
 	pid    int
 	code   int32  // si_code: CLD_EXITED, CLD_KILLED, CLD_STOPPED, CLD_CONTINUED
 	status int32  // si_status: exit code or signal
@@ -303,7 +304,8 @@ func sysWait4(t *Task, a sysargs) (uint64, error) {
 		}
 	}
 	if rusageAddr != 0 {
-		var ru [144]byte // children's usage is not kept yet
+		var ru [144]byte
+		ev.ru.put(&ru)
 		if err := t.p.k.svc.CopyOut(t.p.as, rusageAddr, ru[:]); err != nil {
 			return 0, err
 		}
@@ -316,7 +318,8 @@ func sysWaitid(t *Task, a sysargs) (uint64, error) {
 	infop, rusageAddr := a[2], a[4]
 	ev, err := t.waitid(a[0], int64(int32(a[1])), a[3])
 	if rusageAddr != 0 && ev.pid != 0 {
-		var ru [144]byte // children's usage is not kept yet
+		var ru [144]byte
+		ev.ru.put(&ru)
 		if err := t.p.k.svc.CopyOut(t.p.as, rusageAddr, ru[:]); err != nil {
 			return 0, err
 		}
@@ -431,11 +434,19 @@ func (ch *Process) collect(parent *Process, options uint64) waitEvent {
 		if options&wExited == 0 {
 			return waitEvent{}
 		}
+		ev := ch.exitEvent()
+		ch.reapedMu.Lock()
+		ev.ru = ch.reaped
+		ch.reapedMu.Unlock()
+		ev.ru.add(ch.usage())
 		if !keep {
 			delete(parent.children, ch.pid)
 			ch.zombie = false
+			parent.reapedMu.Lock()
+			parent.reaped.add(ev.ru)
+			parent.reapedMu.Unlock()
 		}
-		return ch.exitEvent()
+		return ev
 	}
 	ch.job.mu.Lock()
 	defer ch.job.mu.Unlock()

@@ -49,7 +49,12 @@ type Process struct {
 	tasks    []*Task // live tasks
 	live     int     // tasks whose goroutine has not ended
 
-	cpu       atomic.Int64  // nanoseconds of tenant and kernel time
+	cpu       atomic.Int64 // nanoseconds its carriers ran for it (system time)
+	user      atomic.Int64 // nanoseconds its stub ran, once fixed at the end (rusage.go)
+	userFixed atomic.Bool
+	stubCPU0  time.Duration // the stub's CPU clock when the process started in it
+	reapedMu  sync.Mutex
+	reaped    usage         // of its waited-for children and theirs
 	faults    atomic.Uint64 // page faults of its tenant code that reached the sandbox
 	exitOnce  sync.Once
 	statusSet bool
@@ -79,6 +84,7 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 		return fmt.Errorf("start sandbox stub: %w", err)
 	}
 	p.stub = stub
+	p.startUsage()
 	p.watchStub()
 	p.as = p.k.grant.NewAddressSpace(stub, layoutFor(stub))
 	t := &Task{p: p, tid: p.pid, th: th, interrupt: make(chan struct{}, 1)}
@@ -231,6 +237,7 @@ func (p *Process) finish(fallback ExitStatus) {
 		// A stub whose process simply exited serves the next fork or spawn: starting a stub
 		// costs milliseconds, emptying one a single round trip of its control thread, done
 		// before the parent sees the exit so that its next fork finds the stub waiting.
+		p.endUsage()
 		th, reuse := p.stub.Reusable()
 		if !reuse {
 			p.stub.Kill()
@@ -262,4 +269,8 @@ func (p *Process) residentBytes() int64 {
 	return p.as.ResidentBytes()
 }
 
-func (p *Process) cpuTime() time.Duration { return time.Duration(p.cpu.Load()) }
+// cpuTime is the process's user and system time so far.
+func (p *Process) cpuTime() time.Duration {
+	u := p.usage()
+	return u.user + u.sys
+}

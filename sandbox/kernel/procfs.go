@@ -211,7 +211,7 @@ func (pf procFS) stat() []byte {
 	var cpu int64
 	ps := pf.procs()
 	for _, p := range ps {
-		cpu += p.cpu.Load()
+		cpu += int64(p.cpuTime())
 	}
 	ticks := cpu / (int64(time.Second) / clockTicks)
 	fmt.Fprintf(&b, "cpu  %d 0 0 0 0 0 0 0 0 0\n", ticks)
@@ -430,7 +430,7 @@ func (p *Process) procSnapshot() procSnap {
 	if p.isStopped() {
 		s.state = 'T'
 	}
-	s.cpuTicks = p.cpu.Load() / (int64(time.Second) / clockTicks)
+	s.cpuTicks = int64(p.cpuTime()) / (int64(time.Second) / clockTicks)
 	if p.as != nil {
 		vmas := p.as.VMAs()
 		for _, v := range vmas {

@@ -70,6 +70,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	}
 	p.mu.Unlock()
 	child.stub, child.as = stub, childAS
+	child.startUsage()
 	child.watchStub()
 	child.fds = p.fds.Fork()
 	child.fds.SetLimit(p.fds.Limit())

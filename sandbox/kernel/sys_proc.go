@@ -340,8 +340,8 @@ func tkill(p *Process, tid int, sig uint64) (uint64, error) {
 	return 0, target.signalThread(unix.Signal(sig))
 }
 
-// getrusage: the caller's time and the page faults the sandbox served it (the faults a sandbox
-// that maps eagerly never sees are none). Children's usage is not kept yet: zeros.
+// getrusage: the caller's (or its waited-for children's) user and system time and the page
+// faults the sandbox served (the faults a sandbox that maps eagerly never sees are none).
 func sysGetrusage(t *Task, a sysargs) (uint64, error) {
 	const (
 		rusageSelf     = 0
@@ -351,11 +351,12 @@ func sysGetrusage(t *Task, a sysargs) (uint64, error) {
 	var ru [144]byte
 	switch int32(a[0]) {
 	case rusageSelf, rusageThread:
-		cpu := t.p.cpuTime()
-		binary.LittleEndian.PutUint64(ru[0:], uint64(cpu/time.Second))
-		binary.LittleEndian.PutUint64(ru[8:], uint64(cpu%time.Second/time.Microsecond))
-		binary.LittleEndian.PutUint64(ru[64:], t.p.faults.Load())
+		t.p.usage().put(&ru)
 	case rusageChildren:
+		t.p.reapedMu.Lock()
+		u := t.p.reaped
+		t.p.reapedMu.Unlock()
+		u.put(&ru)
 	default:
 		return 0, unix.EINVAL
 	}

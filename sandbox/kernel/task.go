@@ -116,7 +116,7 @@ func (t *Task) run() {
 	t.kt.OnGiveWay = t.th.StopSpinning
 	t.th.SpinWhile = &t.kt.SpareHeld
 	t.kt.Acquire()
-	started := time.Now()
+	started := threadCPU() // the carrier's own CPU time: the task's system time
 	var ended ExitStatus
 	for !t.stop {
 		if t.killed.Load() {
@@ -154,7 +154,7 @@ func (t *Task) run() {
 	}
 	t.kt.Exit()
 	t.spare = false
-	t.p.cpu.Add(int64(time.Since(started)))
+	t.p.cpu.Add(int64(threadCPU() - started))
 	t.closeInterrupt()
 	t.p.taskDone(t, ended)
 }
