@@ -102,11 +102,16 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 }
 
 // watchStub wakes the process's tasks from their kernel waits when its stub dies (killed by
-// the host, or by exit_group of another task): they must not sleep on.
+// the host, or by exit_group of another task): they must not sleep on. It ends with the
+// process, since the stub may go on to serve others.
 func (p *Process) watchStub() {
 	stub := p.stub
 	go func() {
-		<-stub.Exited()
+		select {
+		case <-stub.Exited():
+		case <-p.done:
+			return
+		}
 		p.mu.Lock()
 		tasks := append([]*Task(nil), p.tasks...)
 		p.mu.Unlock()
@@ -234,10 +239,10 @@ func (p *Process) taskDone(t *Task, ended ExitStatus) {
 func (p *Process) finish(fallback ExitStatus) {
 	p.exitOnce.Do(func() {
 		p.setStatus(fallback)
+		p.endUsage()
 		// A stub whose process simply exited serves the next fork or spawn: starting a stub
 		// costs milliseconds, emptying one a single round trip of its control thread, done
 		// before the parent sees the exit so that its next fork finds the stub waiting.
-		p.endUsage()
 		th, reuse := p.stub.Reusable()
 		if !reuse {
 			p.stub.Kill()
