@@ -65,7 +65,16 @@ func TestPodCgroup(t *testing.T) {
 	require.NoError(t, pod.Delete())
 	_, err = os.Stat(filepath.Join("/sys/fs/cgroup/cpu", path))
 	require.True(t, os.IsNotExist(err), "the cgroup is gone")
-	os.Remove("/sys/fs/cgroup/cpu/endo-test")
+	// The test's parent cgroup, in every hierarchy it was made in (v1 has one per controller).
+	parents, _ := filepath.Glob("/sys/fs/cgroup/*/endo-test")
+	if p := "/sys/fs/cgroup/endo-test"; unified() {
+		parents = append(parents, p)
+	}
+	for _, p := range parents {
+		require.NoError(t, os.Remove(p))
+	}
+	left, _ := filepath.Glob("/sys/fs/cgroup/*/endo-test")
+	require.Empty(t, left, "no cgroup is left behind")
 }
 
 func TestMemoryLimitCarriesTheSandboxOverhead(t *testing.T) {
