@@ -178,6 +178,16 @@ static int tstp(void)
 	return 0;
 }
 
+static void show_info(const char *what, int ret, siginfo_t *si, pid_t child);
+
+/* try_waitid waits with a zeroed siginfo and shows what waitid said. */
+static void try_waitid(const char *what, pid_t child, idtype_t idtype, id_t id, int options)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	show_info(what, waitid(idtype, id, &si, options), &si, child);
+}
+
 static void show_info(const char *what, int ret, siginfo_t *si, pid_t child)
 {
 	printf("%s: ret %d", what, ret);
@@ -206,35 +216,21 @@ static int waitid_test(void)
 	show_info("nohang, nothing", r, &si, c);
 
 	kill(c, SIGSTOP);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_PID, c, &si, WSTOPPED | WNOWAIT);
-	show_info("stopped, nowait", r, &si, c);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_PGID, c, &si, WSTOPPED);
-	show_info("stopped, pgid", r, &si, c);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_ALL, 0, &si, WSTOPPED | WNOHANG);
-	show_info("stopped, collected", r, &si, c);
+	try_waitid("stopped, nowait", c, P_PID, c, WSTOPPED | WNOWAIT);
+	try_waitid("stopped, pgid", c, P_PGID, c, WSTOPPED);
+	try_waitid("stopped, collected", c, P_ALL, 0, WSTOPPED | WNOHANG);
 
 	kill(c, SIGCONT);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_ALL, 0, &si, WCONTINUED);
-	show_info("continued", r, &si, c);
+	try_waitid("continued", c, P_ALL, 0, WCONTINUED);
 
 	kill(c, SIGTERM);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_PID, c, &si, WEXITED | WNOWAIT);
-	show_info("killed, nowait", r, &si, c);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_PID, c, &si, WEXITED);
-	show_info("killed", r, &si, c);
+	try_waitid("killed, nowait", c, P_PID, c, WEXITED | WNOWAIT);
+	try_waitid("killed", c, P_PID, c, WEXITED);
 
 	c = fork();
 	if (c == 0)
 		_exit(7);
-	memset(&si, 0, sizeof si);
-	r = waitid(P_ALL, 0, &si, WEXITED);
-	show_info("exited", r, &si, c);
+	try_waitid("exited", c, P_ALL, 0, WEXITED);
 
 	memset(&si, 0x5a, sizeof si);
 	r = waitid(P_ALL, 0, &si, WEXITED | WNOHANG);

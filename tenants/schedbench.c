@@ -72,6 +72,21 @@ static double *alloc_samples(int n)
 	return v;
 }
 
+/* read_samples reads n samples another process sends through fd, or exits naming whose. */
+static void read_samples(int fd, double *v, int n, const char *whose)
+{
+	char *p = (char *)v;
+	size_t left = n * sizeof(double);
+	while (left > 0) {
+		ssize_t r = read(fd, p, left);
+		if (r <= 0) {
+			fprintf(stderr, "schedbench: the %s samples did not arrive\n", whose);
+			exit(1);
+		}
+		p += r, left -= r;
+	}
+}
+
 static void pin(int cpu)
 {
 	cpu_set_t set;
@@ -262,18 +277,8 @@ static void yieldprocs(int n)
 		end[i] = now();
 	}
 	double *cstart = alloc_samples(n), *cend = alloc_samples(n);
-	for (int a = 0; a < 2; a++) {
-		char *p = (char *)(a ? cend : cstart);
-		size_t left = n * sizeof(double);
-		while (left > 0) {
-			ssize_t r = read(back[0], p, left);
-			if (r <= 0) {
-				fprintf(stderr, "schedbench: the child's samples did not arrive\n");
-				exit(1);
-			}
-			p += r, left -= r;
-		}
-	}
+	read_samples(back[0], cstart, n, "child's");
+	read_samples(back[0], cend, n, "child's");
 	waitpid(child, 0, 0);
 	/* Merge the two processes' yield returns by time and count the hand-overs. */
 	long switches = 0;
@@ -342,16 +347,7 @@ static void pipewake(int n)
 		}
 	}
 	double *v = alloc_samples(n);
-	char *p = (char *)v;
-	size_t left = n * sizeof(double);
-	while (left > 0) {
-		ssize_t r = read(back[0], p, left);
-		if (r <= 0) {
-			fprintf(stderr, "schedbench: the reader's samples did not arrive\n");
-			exit(1);
-		}
-		p += r, left -= r;
-	}
+	read_samples(back[0], v, n, "reader's");
 	waitpid(child, 0, 0);
 	report("pipewake", v, n, -1);
 }
