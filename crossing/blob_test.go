@@ -30,7 +30,9 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"STUB_BASE": StubBase, "SYSMSG_BASE": SysmsgBase, "SYSMSG_SETUP": sysmsgSetup,
 		"SYSMSG_CMD": sysmsgCmd, "SYSMSG_INFO": sysmsgInfo, "SYSMSG_THREADS": sysmsgThreads,
 		"SYSMSG_BLOCK": sysmsgBlock, "SYSMSG_MAX_THREADS": sysmsgMaxThreads,
-		"FD_SYSMSG": fdSysmsg, "FD_GRANT": fdGrant, "FD_ACK": fdAck,
+		"FD_SYSMSG": fdSysmsg, "FD_GRANT": fdGrant, "FD_ACK": fdAck, "FD_CALLS": fdCalls,
+		"CALLS_BASE": callsBase, "CALLS_SNIPPETS": callsSnippets, "CALLS_SNIPPET": callsSnippet,
+		"CALLS_MAX": callsMax, "SLOT_KICKED": slotKicked, "CALLS_CMD": callsCmd, "CMD_SINGLE": cmdSingle,
 		"SETUP_TENANT_FPROG": setupTenantFprog, "SETUP_TENANT_PROG": setupTenantProg,
 		"SETUP_CONTROL_FPROG": setupControlFprog, "SETUP_CONTROL_PROG": setupControlProg,
 		"SETUP_MAX_INSNS": setupMaxInsns, "CMD_SEQ": cmdSeq, "CMD_NOPS": cmdNops, "CMD_OPS": cmdOps,
@@ -67,7 +69,7 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 	// The control thread's assembly spells some addresses out: keep them in step.
 	src, err := os.ReadFile("stub/stub.c")
 	require.NoError(t, err)
-	for _, addr := range []uint64{SysmsgBase + setupTenantFprog, SysmsgBase + setupControlFprog, SysmsgBase + sysmsgInfo, SysmsgBase + sysmsgCmd, SysmsgBase + sysmsgInfo + infoAck} {
+	for _, addr := range []uint64{SysmsgBase + setupTenantFprog, SysmsgBase + setupControlFprog, SysmsgBase + sysmsgInfo, SysmsgBase + sysmsgCmd, SysmsgBase + sysmsgInfo + infoAck, SysmsgBase + sysmsgThreads} {
 		require.Contains(t, string(src), "$0x"+strconv.FormatUint(addr, 16), "stub.c's assembly")
 	}
 }

@@ -16,6 +16,14 @@ const (
 	fdSysmsg = 3
 	fdGrant  = 4
 	fdAck    = 5
+	fdCalls  = 6
+
+	callsCmd      = 0x5f000
+	callsBase     = 0x60000
+	callsSnippets = 0x10000
+	callsSnippet  = 64
+	callsMax      = 8192
+	callsSize     = callsSnippets + callsMax*callsSnippet
 
 	setupTenantFprog  = 0x0000
 	setupTenantProg   = 0x0010
@@ -26,6 +34,7 @@ const (
 	cmdSeq    = 0x00
 	cmdNops   = 0x04
 	cmdOps    = 0x40
+	cmdSingle = 0xff0
 	cmdOpSize = 40
 	cmdMaxOps = 100
 	opMap     = 1
@@ -50,6 +59,7 @@ const (
 	slotTrapno          = 56
 	slotRegs            = 64
 	slotFPState         = 280
+	slotKicked          = 288
 
 	stateDead    = 0
 	stateTrapped = 2
@@ -66,4 +76,7 @@ const (
 // code, its sysmsg mapping, the host vDSO and the stub's original stack all lie above it.
 const TenantMax = 0x7eff00000000
 
-const archSetFS = 0x1002
+const (
+	archSetGS = 0x1001
+	archSetFS = 0x1002
+)

@@ -23,6 +23,7 @@ type Services struct {
 	CopyOut     func(as *memgrant.AddressSpace, addr uint64, src []byte) error
 	Slices      func(as *memgrant.AddressSpace, addr, length uint64, write bool) ([][]byte, error)
 	ReadString  func(as *memgrant.AddressSpace, addr uint64, max int) (string, error)
+	PatchText   func(as *memgrant.AddressSpace, addr uint64, old, new []byte) error
 }
 
 // noop is the service timed at start: what the table itself costs.
@@ -112,6 +113,12 @@ func NewServices() *Services {
 				return "", err
 			}
 			return as.ReadString(addr, max)
+		},
+		PatchText: func(as *memgrant.AddressSpace, addr uint64, old, new []byte) error {
+			if err := checkRange(as, addr, uint64(len(old))); err != nil {
+				return err
+			}
+			return as.PatchText(addr, old, new)
 		},
 	}
 }

@@ -29,10 +29,12 @@ const addrNoRandomize = 0x0040000
 var ErrStubDead = errors.New("stub process is gone")
 
 var stubImage struct {
-	once sync.Once
-	text Range
-	fd   int // a sealed memfd with the blob, kept for the sandbox's lifetime
-	err  error
+	once     sync.Once
+	text     Range
+	call     uint64 // stub_call: where patched call sites enter
+	escalate uint64 // stub_escalate
+	fd       int    // a sealed memfd with the blob, kept for the sandbox's lifetime
+	err      error
 }
 
 // loadStubImage finds the stub's text range in the blob and puts the blob in a memfd to exec.
@@ -54,7 +56,15 @@ func loadStubImage() error {
 				stubImage.text.Start = s.Value
 			case "__stub_text_end":
 				stubImage.text.End = s.Value
+			case "stub_call":
+				stubImage.call = s.Value
+			case "stub_escalate":
+				stubImage.escalate = s.Value
 			}
+		}
+		if stubImage.call == 0 || stubImage.escalate == 0 {
+			stubImage.err = fmt.Errorf("stub blob: no stub_call or stub_escalate symbol")
+			return
 		}
 		if stubImage.text.Start != StubBase || stubImage.text.End <= stubImage.text.Start {
 			stubImage.err = fmt.Errorf("stub blob: text range %#x-%#x is not at %#x",
@@ -119,9 +129,10 @@ type Stub struct {
 	killed  atomic.Bool // Kill was called: the stub is going, it must not be reused
 }
 
-// Spawn starts a stub process whose memory comes from grant. The stub's first thread is
+// Spawn starts a stub process whose memory comes from grant and which maps the call table calls
+// (nil: none, and no call site of its tenants may be patched). The stub's first thread is
 // returned stopped at its first trap, ready for BootThread.
-func Spawn(grant *os.File) (*Stub, *Thread, error) {
+func Spawn(grant *os.File, calls *Calls) (*Stub, *Thread, error) {
 	if err := loadStubImage(); err != nil {
 		return nil, nil, err
 	}
@@ -182,9 +193,13 @@ func Spawn(grant *os.File) (*Stub, *Thread, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	unix.RawSyscall(unix.SYS_PERSONALITY, addrNoRandomize, 0, 0)
+	files := []*os.File{nil, nil, nil, sysmsgFile, grant, ackW}
+	if calls != nil {
+		files = append(files, calls.file)
+	}
 	proc, err := os.StartProcess(fmt.Sprintf("/proc/self/fd/%d", stubImage.fd), []string{"endo-stub"},
 		&os.ProcAttr{
-			Files: []*os.File{nil, nil, nil, sysmsgFile, grant, ackW},
+			Files: files,
 			Env:   []string{},
 			Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 		})
@@ -246,6 +261,22 @@ func (s *Stub) reap() {
 	s.mu.Unlock()
 	s.ack.Close()
 	close(s.exited)
+}
+
+// SetSingle tells the stub's patched call sites whether thread 0 is its tenant's only thread: only
+// then do they enter the sandbox without a signal (through thread 0's slot); otherwise they trap.
+// It must be cleared before a second thread starts.
+func (s *Stub) SetSingle(single bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sysmsg == nil {
+		return
+	}
+	v := uint32(0)
+	if single {
+		v = 1
+	}
+	atomic.StoreUint32(s.u32(sysmsgCmd+cmdSingle), v)
 }
 
 // Pid is the host pid of the stub process.

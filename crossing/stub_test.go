@@ -28,7 +28,7 @@ func startTenant(t *testing.T, code []byte) (*Stub, *Thread) {
 	_, err = unix.Pwrite(fd, code, 0)
 	require.NoError(t, err)
 
-	s, th, err := Spawn(grant)
+	s, th, err := Spawn(grant, nil)
 	require.NoError(t, err)
 	t.Cleanup(s.Release)
 	require.NoError(t, s.Apply([]memgrant.HostOp{

@@ -51,6 +51,9 @@ func (s *Stub) newThread(i int) (*Thread, error) {
 	return t, nil
 }
 
+// Index is the thread's slot number in its stub; thread 0 is the stub's first.
+func (t *Thread) Index() int { return t.index }
+
 // Stub is the process the thread belongs to.
 func (t *Thread) Stub() *Stub { return t.stub }
 
@@ -87,6 +90,7 @@ const (
 	TrapSyscall TrapKind = iota + 1 // a system call of tenant code (Regs.Orig_rax is the number)
 	TrapFault                       // a fault: Signal, Code, Addr, Write
 	TrapPreempt                     // the sandbox's preemption signal
+	TrapCall                        // a system call from a patched site: no signal frame, no FPU state
 )
 
 // Trap describes the thread's last stop.
@@ -109,6 +113,9 @@ func (t *Thread) Trap() Trap {
 		Write:  *s.u64(t.base + slotErr)&2 != 0,
 	}
 	switch sig {
+	case 0:
+		tr.Kind = TrapCall
+		tr.Addr = t.Regs.Rip
 	case syscall.SIGSYS:
 		tr.Kind = TrapSyscall
 	case sigPreempt:
@@ -136,6 +143,25 @@ func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
 		return ErrStubDead
 	}
 	return t.wait(sandboxSpin)
+}
+
+// Settle brings a thread stopped at a patched call (TrapCall) to a stop with its full state, so
+// that its FPU state can be read or set: it resumes it at EscalateAddr and waits for the fault
+// there. The registers are kept. A thread at any other stop is left as it is.
+func (t *Thread) Settle() error {
+	if t.Trap().Kind != TrapCall {
+		return nil
+	}
+	rip := t.Regs.Rip
+	t.Regs.Rip = stubImage.escalate
+	if err := t.Resume(0, 0, 0); err != nil {
+		return err
+	}
+	if tr := t.Trap(); tr.Kind != TrapFault || t.Regs.Rip != stubImage.escalate {
+		return fmt.Errorf("stub thread did not settle (trap %d at %#x)", tr.Kind, t.Regs.Rip)
+	}
+	t.Regs.Rip = rip
+	return nil
 }
 
 // StopSpinning ends the stub's spin window of the current stop: the task has given up its vCPU,

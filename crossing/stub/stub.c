@@ -94,6 +94,7 @@ struct slot {
 	u64 trapno;
 	u64 regs[NREGS];
 	u64 fpstate;
+	u32 kicked;
 };
 
 _Static_assert(__builtin_offsetof(struct slot, flags) == SLOT_FLAGS, "slot flags");
@@ -102,6 +103,7 @@ _Static_assert(__builtin_offsetof(struct slot, spin) == SLOT_SPIN, "slot spin");
 _Static_assert(__builtin_offsetof(struct slot, err) == SLOT_ERR, "slot err");
 _Static_assert(__builtin_offsetof(struct slot, regs) == SLOT_REGS, "slot regs");
 _Static_assert(__builtin_offsetof(struct slot, fpstate) == SLOT_FPSTATE, "slot fpstate");
+_Static_assert(__builtin_offsetof(struct slot, kicked) == SLOT_KICKED, "slot kicked");
 
 struct sigaction_k {
 	void *handler;
@@ -143,6 +145,8 @@ static __attribute__((noreturn)) void die(int code)
 extern void stub_restorer(void);
 extern void stub_start_control(void);
 extern void stub_boot(void);
+extern char stub_call[], stub_call_committed[], stub_call_resumed[], stub_call_kicked[],
+	stub_call_end[];
 
 /* Wait until the sandbox posts RESUME: spin for the cycles it granted, then sleep. */
 static void wait_resume(struct slot *s)
@@ -184,6 +188,40 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	__asm__ volatile("mov %%rsp, %0" : "=r"(sp));
 	struct slot *s = (struct slot *)(sp & ~(SYSMSG_BLOCK - 1));
 	u64 *g = uc->gregs, *r = s->regs;
+	i32 code = si->code;
+
+	/* A signal inside stub_call (a patched call on its way into or out of the sandbox) is taken
+	 * as if it had come in tenant code, at the patched site or where the call returns to. */
+	u64 ip = g[G_RIP];
+	if (ip >= (u64)stub_call && ip < (u64)stub_call_end) {
+		if (ip < (u64)stub_call_committed) {
+			/* Nothing posted yet: back onto the site (rcx holds the address after it), whose
+			 * jump enters again; rax and rcx are the call's to clobber. */
+			g[G_RIP] = g[G_RCX] - 7;
+		} else if (ip < (u64)stub_call_resumed) {
+			/* The sandbox holds the slot: a kick waits until the thread leaves. */
+			if (sig == SIG_PREEMPT) {
+				__atomic_store_n(&s->kicked, 1, __ATOMIC_SEQ_CST);
+				return;
+			}
+			die(119);
+		} else {
+			/* On the way out: leave at once, in this frame, with what the sandbox wrote. */
+			g[G_R15] = r[R15]; g[G_R14] = r[R14]; g[G_R13] = r[R13]; g[G_R12] = r[R12];
+			g[G_RBP] = r[RBP]; g[G_RBX] = r[RBX]; g[G_R11] = r[R11]; g[G_R10] = r[R10];
+			g[G_R9] = r[R9];   g[G_R8] = r[R8];   g[G_RAX] = r[RAX]; g[G_RCX] = r[RCX];
+			g[G_RDX] = r[RDX]; g[G_RSI] = r[RSI]; g[G_RDI] = r[RDI]; g[G_RIP] = r[RIP];
+			g[G_RSP] = r[RSP];
+			if (s->flags & SLOT_F_EXIT)
+				for (;;)
+					sys3(NR_exit, 0, 0, 0);
+			if (ip == (u64)stub_call_kicked || s->kicked) {
+				sig = SIG_PREEMPT;
+				code = 0;
+			}
+			s->kicked = 0;
+		}
+	}
 
 	r[R15] = g[G_R15]; r[R14] = g[G_R14]; r[R13] = g[G_R13]; r[R12] = g[G_R12];
 	r[RBP] = g[G_RBP]; r[RBX] = g[G_RBX]; r[R11] = g[G_R11]; r[R10] = g[G_R10];
@@ -192,7 +230,7 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	r[EFLAGS] = g[G_EFL]; r[RSP] = g[G_RSP];
 	r[ORIG_RAX] = sig == SIGSYS ? (u64)(i64)si->syscall : (u64)-1;
 	s->signo = sig;
-	s->code = si->code;
+	s->code = code;
 	s->addr = si->addr;
 	s->err = g[G_ERR];
 	s->trapno = g[G_TRAPNO];
@@ -242,9 +280,15 @@ void stub_main(u64 *sp)
 	unsigned char *info = (unsigned char *)(SYSMSG_BASE + SYSMSG_INFO);
 	*(u64 *)(info + INFO_VDSO) = vdso;
 
+	/* The call table is optional: without it no call site is patched. Its snippets read the
+	 * command page through a second mapping at a 32-bit address. */
+	if (sys6(NR_mmap, CALLS_BASE, CALLS_SIZE, 5 /* PROT_READ|PROT_EXEC */, 0x11, FD_CALLS, 0) ==
+	    (i64)CALLS_BASE)
+		sys6(NR_mmap, CALLS_CMD, 0x1000, 1 /* PROT_READ */, 0x11, FD_SYSMSG, SYSMSG_CMD);
+
 	sys3(NR_close_range, 0, 2, 0);
 	sys3(NR_close, FD_SYSMSG, 0, 0);
-	sys3(NR_close_range, FD_ACK + 1, ~0U, 0);
+	sys3(NR_close_range, FD_CALLS, ~0U, 0);
 	if (sys6(NR_prctl, 38 /* PR_SET_NO_NEW_PRIVS */, 1, 0, 0, 0, 0) != 0)
 		die(122);
 	/* Exec'd from a memfd, the stub would be named after its descriptor: name it for ps. */
@@ -458,6 +502,117 @@ __asm__(
 	"	mov $127, %edi\n"
 	"	syscall\n"
 	"	jmp control_die\n"
+
+	/*
+	 * A patched call site of a tenant whose only thread is thread 0 jumps here through its
+	 * snippet, with the call's number in eax and the address after the site in rcx. It posts the
+	 * call as the handler posts a trap, in thread 0's slot, but without a signal: the tenant's FPU
+	 * state stays in the registers, which the sandbox neither reads nor changes here (when it
+	 * needs to, it resumes the thread at stub_escalate, whose fault brings a full frame). r11
+	 * holds the slot: a system call clobbers r11, as it does rcx. Until the commit it may be
+	 * restarted from the site, so it changes no register the call does not clobber; the handler
+	 * knows the three parts.
+	 */
+	".globl stub_call, stub_call_committed, stub_call_resumed, stub_call_kicked, stub_call_end\n"
+	"stub_call:\n"
+	"	movabs $0x7ff100010000, %r11\n" /* SYSMSG_BASE + SYSMSG_THREADS: thread 0's slot */
+	"	mov %r15, 64(%r11)\n"
+	"	mov %r14, 72(%r11)\n"
+	"	mov %r13, 80(%r11)\n"
+	"	mov %r12, 88(%r11)\n"
+	"	mov %rbp, 96(%r11)\n"
+	"	mov %rbx, 104(%r11)\n"
+	"	mov %r10, 120(%r11)\n"
+	"	mov %r9, 128(%r11)\n"
+	"	mov %r8, 136(%r11)\n"
+	"	mov %rax, 144(%r11)\n"
+	"	mov %rcx, 152(%r11)\n"
+	"	mov %rdx, 160(%r11)\n"
+	"	mov %rsi, 168(%r11)\n"
+	"	mov %rdi, 176(%r11)\n"
+	"	mov %rax, 184(%r11)\n"         /* orig_rax */
+	"	mov %rcx, 192(%r11)\n"         /* rip */
+	"	movq $0x202, 112(%r11)\n"      /* r11 and eflags: not known here, nor needed */
+	"	movq $0x202, 208(%r11)\n"
+	"	mov %rsp, 216(%r11)\n"
+	"	movl $0, 12(%r11)\n"           /* signo 0: a call */
+	"	movl $0, 16(%r11)\n"
+	"	movq $0, 24(%r11)\n"
+	"	movq $0, 280(%r11)\n"          /* no FPU state in a frame */
+	"	mov $2, %eax\n"                /* STATE_TRAPPED, with a full barrier */
+	"	xchg %eax, (%r11)\n"
+	"stub_call_committed:\n"
+	"	cmpl $0, 4(%r11)\n"            /* the sandbox sleeps: wake it */
+	"	je 1f\n"
+	"	mov $202, %eax\n"
+	"	mov %r11, %rdi\n"
+	"	mov $1, %esi\n"
+	"	mov $1, %edx\n"
+	"	mov %rdi, %rbx\n"
+	"	syscall\n"
+	"	mov %rbx, %r11\n"
+	"1:	rdtsc\n"                        /* spin for the window the sandbox granted */
+	"	shl $32, %rdx\n"
+	"	or %rax, %rdx\n"
+	"	mov %rdx, %r8\n"
+	"2:	cmpl $3, (%r11)\n"
+	"	je stub_call_resumed\n"
+	"	rdtsc\n"
+	"	shl $32, %rdx\n"
+	"	or %rax, %rdx\n"
+	"	sub %r8, %rdx\n"
+	"	cmp 32(%r11), %rdx\n"
+	"	jae 3f\n"
+	"	pause\n"
+	"	jmp 2b\n"
+	"3:	mov %r11, %rbx\n"              /* then sleep (syscall clobbers r11) */
+	"4:	mov $1, %eax\n"
+	"	xchg %eax, 8(%rbx)\n"
+	"	cmpl $3, (%rbx)\n"
+	"	je 5f\n"
+	"	mov $202, %eax\n"
+	"	mov %rbx, %rdi\n"
+	"	xor %esi, %esi\n"
+	"	mov $2, %edx\n"
+	"	xor %r10d, %r10d\n"
+	"	syscall\n"
+	"	jmp 4b\n"
+	"5:	mov %rbx, %r11\n"
+	"stub_call_resumed:\n"
+	"	movl $0, 8(%r11)\n"
+	"	testl $2, 20(%r11)\n"          /* SLOT_F_EXIT */
+	"	jnz 6f\n"
+	"	cmpl $0, 288(%r11)\n"          /* kicked while in the sandbox */
+	"	jne stub_call_kicked\n"
+	"	mov 64(%r11), %r15\n"
+	"	mov 72(%r11), %r14\n"
+	"	mov 80(%r11), %r13\n"
+	"	mov 88(%r11), %r12\n"
+	"	mov 96(%r11), %rbp\n"
+	"	mov 104(%r11), %rbx\n"
+	"	mov 120(%r11), %r10\n"
+	"	mov 128(%r11), %r9\n"
+	"	mov 136(%r11), %r8\n"
+	"	mov 144(%r11), %rax\n"
+	"	mov 152(%r11), %rcx\n"
+	"	mov 160(%r11), %rdx\n"
+	"	mov 168(%r11), %rsi\n"
+	"	mov 176(%r11), %rdi\n"
+	"	mov 216(%r11), %rsp\n"
+	"	jmp *192(%r11)\n"
+	"stub_call_kicked:\n"
+	"	ud2\n"                          /* the handler makes it the preemption trap */
+	"6:	mov $60, %eax\n"
+	"	xor %edi, %edi\n"
+	"	syscall\n"
+	"	jmp 6b\n"
+	"stub_call_end:\n"
+
+	/* The sandbox resumes a thread here when it needs the thread's full state after a patched
+	 * call (a signal frame, the FPU state, a new FS base): the fault brings them. */
+	".globl stub_escalate\n"
+	"stub_escalate:\n"
+	"	ud2\n"
 
 	/* Outside the allowed range: every call here traps. The sandbox answers the first calls as
 	 * timing pings, then replaces the registers with the tenant's entry state. */

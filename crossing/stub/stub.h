@@ -22,6 +22,22 @@
 #define FD_SYSMSG 3
 #define FD_GRANT  4
 #define FD_ACK    5
+#define FD_CALLS  6 /* the sandbox's call table (optional) */
+
+/* The call table, mapped read-only and executable by every stub of a sandbox at CALLS_BASE.
+ * A patched call site "mov $nr, %eax; syscall" becomes "jmp *CALLS_BASE+8*i" (ff 24 25 + 32-bit
+ * address), whose sixth byte, 0x06, is an invalid instruction: a thread that ran the old mov
+ * and then meets the new bytes faults (SIGILL) instead of running half an instruction. Entry i
+ * points at snippet i (CALLS_SNIPPETS + 64*i). While CMD_SINGLE is set (read through the command
+ * page's second mapping at CALLS_CMD, a 32-bit address) the snippet loads the address after the
+ * site into rcx and the number into eax and jumps to stub_call, which uses thread 0's slot;
+ * otherwise it makes the call from its own code, outside the allowed range, and so traps. */
+#define CALLS_CMD      0x5f000UL
+#define CALLS_BASE     0x60000UL
+#define CALLS_SNIPPETS 0x10000UL /* offset of the snippets in the table */
+#define CALLS_SNIPPET  64
+#define CALLS_MAX      8192
+#define CALLS_SIZE     (CALLS_SNIPPETS + CALLS_MAX * CALLS_SNIPPET)
 
 /* Setup page: two seccomp programs, each a struct sock_fprog {u16 len; u64 filter} followed by
  * its filter; the sandbox fills in absolute pointers (SYSMSG_BASE + offset). */
@@ -35,6 +51,7 @@
 #define CMD_SEQ   0x00  /* u32 */
 #define CMD_NOPS  0x04  /* u32 */
 #define CMD_OPS   0x40  /* struct op[CMD_MAX_OPS], 40 bytes each */
+#define CMD_SINGLE 0xff0 /* u32: 1 while thread 0 is the tenant's only thread (see CALLS_BASE) */
 #define CMD_OP_SIZE 40
 #define CMD_MAX_OPS 100
 #define OP_MAP     1  /* addr, len, prot, off: mmap(MAP_SHARED|MAP_FIXED|MAP_POPULATE) of FD_GRANT */
@@ -54,7 +71,7 @@
 #define SLOT_STATE      0   /* u32, futex word: 0 dead, 2 trapped, 3 resume */
 #define SLOT_SANDBOX_SLEEPING 4 /* u32 */
 #define SLOT_STUB_SLEEPING    8 /* u32 */
-#define SLOT_SIGNO     12   /* u32: SIGSYS, a fault's signal, or the preemption signal */
+#define SLOT_SIGNO     12   /* u32: SIGSYS, a fault's signal, the preemption signal, or 0 (a call) */
 #define SLOT_CODE      16   /* i32: si_code */
 #define SLOT_FLAGS     20   /* u32, from the sandbox: SLOT_F_* */
 #define SLOT_ADDR      24   /* u64: si_addr (faults) or si_call_addr (SIGSYS) */
@@ -64,6 +81,7 @@
 #define SLOT_TRAPNO    56   /* u64 */
 #define SLOT_REGS      64   /* struct user_regs_struct (27 u64s, ptrace order) */
 #define SLOT_FPSTATE  280   /* u64: where the trap's FPU state (fxsave/xsave area) lies */
+#define SLOT_KICKED   288   /* u32: a preemption signal came while the thread was in the sandbox */
 
 #define STATE_DEAD    0
 #define STATE_TRAPPED 2
