@@ -2,7 +2,8 @@
  * Micro-benchmarks that run the same natively and in Endo; each prints one line "ns=<value>",
  * timed inside the process with the vDSO clock, so process start does not count.
  *
- *   bench getpid N     ns per getpid system call (N calls)
+ *   bench getpid N     ns per getpid system call (N calls, through libc's wrapper)
+ *   bench getpid-trap N  the same through syscall(3), whose call site is never patched
  *   bench touch MIB    ns per page for mmap of MIB mebibytes and a first write to each page
  *   bench fork N       ns per fork + exit + wait
  *   bench forkexec N   ns per fork + exec (of this program, "bench exit") + wait
@@ -197,6 +198,16 @@ int main(int argc, char **argv)
 	long n = atol(argv[2]);
 	if (!strcmp(argv[1], "getpid")) {
 		for (int i = 0; i < 1000; i++) /* warm up */
+			getpid();
+		double t0 = now();
+		for (long i = 0; i < n; i++)
+			getpid();
+		printf("ns=%.1f\n", (now() - t0) / n);
+		return 0;
+	}
+	if (!strcmp(argv[1], "getpid-trap")) {
+		/* syscall(3) loads the number from a register: a site that is never patched. */
+		for (int i = 0; i < 1000; i++)
 			syscall(SYS_getpid);
 		double t0 = now();
 		for (long i = 0; i < n; i++)

@@ -83,6 +83,7 @@ func run(args []string) int {
 	probe := fs.Bool("probe", false, "sample how many sandbox threads Linux has runnable at once, and report the most")
 	cgroupPath := fs.String("cgroup", "", "cgroup to run the sandbox and its stubs in (made, and removed after, if it does not exist)")
 	verbose := fs.Bool("v", false, "log the sandbox's own messages (crossing timings) to stderr")
+	noPatch := fs.Bool("no-patch", false, "never patch call sites: every system call traps (SIGSYS)")
 	var env envFlags
 	fs.Var(&env, "env", "environment variable K=V for the program (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +127,7 @@ func run(args []string) int {
 	if *verbose {
 		logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "endo: "+format+"\n", a...) }
 	}
-	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf})
+	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf, NoCallPatching: *noPatch})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "endo: %v\n", err)
 		return exitEndoError
@@ -175,6 +176,8 @@ func run(args []string) int {
 		printReport(k.Unimplemented())
 		r, w := k.Faults()
 		fmt.Fprintf(os.Stderr, "endo: page faults served by the sandbox: %d reads, %d writes\n", r, w)
+		sites, calls := k.PatchedCalls()
+		fmt.Fprintf(os.Stderr, "endo: call sites patched: %d; calls through them: %d\n", sites, calls)
 	}
 	return st.WaitStatus()
 }

@@ -18,6 +18,9 @@ type Config struct {
 	Hostname string
 	// Log receives the kernel's own diagnostics (crossing timings, OOM kills). nil: discard.
 	Log func(format string, args ...any)
+	// NoCallPatching keeps every system call on the trapping path: call sites of tenant code are
+	// never rewritten to enter the sandbox without a signal (for comparison and diagnosis).
+	NoCallPatching bool
 }
 
 // Mount makes a host directory or file visible at Dest inside a container.

@@ -22,11 +22,14 @@ import (
 
 // Kernel is one sandbox's kernel: the grant, the vCPUs and every tenant process of the pod.
 type Kernel struct {
-	cfg   Config
-	grant *memgrant.Grant
-	sched *kernelet.Kernelet
-	svc   *crossing.Services
-	auxv  hostAuxv
+	cfg     Config
+	grant   *memgrant.Grant
+	sched   *kernelet.Kernelet
+	svc     *crossing.Services
+	auxv    hostAuxv
+	calls   *crossing.Calls // patched call sites; nil with Config.NoCallPatching
+	patched atomic.Int64    // call sites patched so far
+	viaSite atomic.Int64    // calls served from patched sites, added when their tasks end
 
 	mu         sync.Mutex
 	procs      map[int]*Process
@@ -76,8 +79,15 @@ func New(cfg Config) (*Kernel, error) {
 		g.Close()
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
+	var calls *crossing.Calls
+	if !cfg.NoCallPatching {
+		if calls, err = crossing.NewCalls(); err != nil {
+			g.Close()
+			return nil, fmt.Errorf("kernel: %w", err)
+		}
+	}
 	k := &Kernel{
-		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(),
+		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(), calls: calls,
 		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1,
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}
@@ -117,6 +127,7 @@ func (k *Kernel) Close() error {
 	}
 	k.stolen.closeFiles()
 	k.pages.drop()
+	k.calls.Close()
 	return k.grant.Close()
 }
 
@@ -145,6 +156,12 @@ type FaultCounts struct {
 // Faults returns how many read and write faults the kernel has served or refused.
 func (k *Kernel) Faults() (reads, writes uint64) {
 	return k.faults.Reads.Load(), k.faults.Writes.Load()
+}
+
+// PatchedCalls returns how many call sites of tenant code were patched, and how many calls of
+// tasks that have ended came through patched sites.
+func (k *Kernel) PatchedCalls() (sites, calls int64) {
+	return k.patched.Load(), k.viaSite.Load()
 }
 
 // Unimplemented counts the system calls tenants made that the kernel does not implement, by name.
@@ -253,6 +270,7 @@ func (k *Kernel) Spawn(spec ProcessSpec) (*Process, error) {
 		return nil, err
 	}
 	k.adopt(p, nil)
+	p.updateSingle()
 	go p.tasks[0].run()
 	return p, nil
 }
@@ -355,7 +373,7 @@ func (k *Kernel) newStub() (*crossing.Stub, *crossing.Thread, error) {
 	default:
 	}
 	k.refill()
-	return crossing.Spawn(k.grant.File())
+	return crossing.Spawn(k.grant.File(), k.calls)
 }
 
 // recycle empties the stub of an exited process and keeps it as a spare; it reports false (and
@@ -369,6 +387,12 @@ func (k *Kernel) recycle(stub *crossing.Stub, th *crossing.Thread, as *memgrant.
 		return false
 	}
 	if err := as.Empty(); err != nil {
+		k.cfg.Log("recycle stub: %v", err)
+		stub.Kill()
+		return false
+	}
+	// A fork's child gets its parent's FPU state in its frame: the stop must have one.
+	if err := th.Settle(); err != nil {
 		k.cfg.Log("recycle stub: %v", err)
 		stub.Kill()
 		return false
@@ -393,7 +417,7 @@ func (k *Kernel) refill() {
 	k.mu.Unlock()
 	go func() {
 		defer k.refilling.Done()
-		s, th, err := crossing.Spawn(k.grant.File())
+		s, th, err := crossing.Spawn(k.grant.File(), k.calls)
 		if err != nil {
 			k.cfg.Log("spare stub: %v", err)
 			return

@@ -28,6 +28,7 @@ type segmentKey struct {
 	size         int64
 	mtime, ctime unix.Timespec
 	off, length  uint64
+	code         uint64 // for executable mappings, their address: see mapSegment
 }
 
 type cachedSegment struct {
@@ -53,7 +54,14 @@ func keyOf(f *vfs.File, off, length uint64) (segmentKey, bool) {
 
 // mapSegment maps length bytes of as at addr (flags as for Map) privately from the cached
 // pages of key, reading them with fill first when they are not cached.
+//
+// Executable pages are cached apart, per address: patched call sites (calls.go) are written into
+// the cached frames and jump back to absolute addresses, so only mappings of the same code at the
+// same place may share them, and no data mapping of the file sees the patches.
 func (c *pageCache) mapSegment(k *Kernel, as *memgrant.AddressSpace, addr, length uint64, prot memgrant.Prot, flags memgrant.MapFlags, name string, key segmentKey, fill memgrant.FillFunc) (uint64, error) {
+	if prot&memgrant.ProtExec != 0 {
+		key.code = addr
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var seg *cachedSegment

@@ -37,17 +37,18 @@ type Process struct {
 
 	job jobState // stopped or not, and what the parent may wait for
 
-	mu       sync.Mutex
-	cwd      string
-	umask    uint32
-	brkStart uint64
-	brk      uint64
-	sigacts  [65]sigaction
-	pending  uint64      // process-directed signals not yet delivered (bit sig-1)
-	info     [65]sigInfo // the siginfo of each pending signal
-	rlimits  map[int]unix.Rlimit
-	tasks    []*Task // live tasks
-	live     int     // tasks whose goroutine has not ended
+	mu        sync.Mutex
+	cwd       string
+	umask     uint32
+	brkStart  uint64
+	brk       uint64
+	sigacts   [65]sigaction
+	pending   uint64      // process-directed signals not yet delivered (bit sig-1)
+	info      [65]sigInfo // the siginfo of each pending signal
+	rlimits   map[int]unix.Rlimit
+	tasks     []*Task // live tasks
+	live      int     // tasks whose goroutine has not ended
+	threading int     // new threads being made: patched call sites must trap (calls.go)
 
 	cpu       atomic.Int64 // nanoseconds its carriers ran for it (system time)
 	user      atomic.Int64 // nanoseconds its stub ran, once fixed at the end (rusage.go)
@@ -230,6 +231,7 @@ func (p *Process) taskDone(t *Task, ended ExitStatus) {
 		if t.alone {
 			t.releaseThread()
 		}
+		p.updateSingle()
 		return
 	}
 	p.finish(ended)

@@ -219,6 +219,12 @@ func (t *Task) deliverSignals() {
 			pend >>= 1
 			sig++
 		}
+		if t.fast && p.sigacts[sig].handler > sigIgn {
+			// A handler's frame needs the FPU state: take the signal at the escalation.
+			p.mu.Unlock()
+			t.escalate(false)
+			return
+		}
 		if t.pending&sigbit(sig) != 0 {
 			t.pending &^= sigbit(sig)
 		} else {

@@ -107,6 +107,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 		k.svc.CopyOut(p.as, ptid, tid[:])
 	}
 	child.tasks, child.live = []*Task{ct}, 1
+	child.updateSingle()
 	vfork := flags&unix.CLONE_VFORK != 0
 	if vfork {
 		child.vforkDone = make(chan struct{})
@@ -220,6 +221,7 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 	regs.Fs_base = 0
 	*t.th.Regs = regs
 	t.resumeFlags = crossing.ResumeSetFS | crossing.ResumeResetFPU
+	p.updateSingle()
 	p.releaseVfork()
 	return 0, nil
 }

@@ -74,7 +74,9 @@ func sysMmap(t *Task, a sysargs) (uint64, error) {
 			_, err := f.Pread(dst, int64(off+o))
 			return err
 		}
-		if key, ok := keyOf(f, off, length); ok && int64(length) <= t.p.k.pages.budget {
+		// Cached code is cached for one address (see mapSegment): it needs a fixed one.
+		cacheable := mprot&memgrant.ProtExec == 0 || mf&memgrant.MapFixed != 0
+		if key, ok := keyOf(f, off, length); ok && cacheable && int64(length) <= t.p.k.pages.budget {
 			// Cached pages, copied into the mapping or shared by it: fill is used now only.
 			return t.p.k.pages.mapSegment(t.p.k, t.p.as, addr, length, mprot, mf, name, key, fill)
 		}

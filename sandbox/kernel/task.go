@@ -25,6 +25,9 @@ type Task struct {
 	spare bool           // it borrowed an idle vCPU to spin on, returned when someone needs it
 
 	resumeFlags crossing.ResumeFlags
+	fast        bool        // the last trap came from a patched call site (no FPU state at hand)
+	esc         *escalation // the task is on its way through crossing.EscalateAddr (calls.go)
+	viaSite     int64       // calls served from patched sites
 	fsBase      uint64
 	clearTID    uint64
 	sigmask     atomic.Uint64 // written only by the task itself
@@ -117,6 +120,7 @@ func (t *Task) run() {
 	t.th.SpinWhile = &t.kt.SpareHeld
 	t.kt.Acquire()
 	started := threadCPU() // the carrier's own CPU time: the task's system time
+	t.fast = t.th.Trap().Kind == crossing.TrapCall
 	var ended ExitStatus
 	for !t.stop {
 		if t.killed.Load() {
@@ -126,8 +130,13 @@ func (t *Task) run() {
 			break
 		}
 		stubSpin, sandboxSpin := t.spins()
-		flags := t.resumeFlags
-		t.resumeFlags = 0
+		var flags crossing.ResumeFlags
+		if t.esc == nil && t.resumeFlags != 0 && t.fast {
+			// A new FS base or FPU state needs the full state (calls.go): the flags wait.
+			t.escalate(false)
+		} else if t.esc == nil {
+			flags, t.resumeFlags = t.resumeFlags, 0
+		}
 		c0 := crossing.Cycles()
 		t.inTenant.Store(time.Now().UnixNano())
 		err := t.th.Resume(flags, stubSpin, sandboxSpin)
@@ -140,12 +149,28 @@ func (t *Task) run() {
 			t.adapt(crossing.Cycles() - c0)
 		}
 		tr := t.th.Trap()
-		switch tr.Kind {
-		case crossing.TrapSyscall:
+		t.fast = tr.Kind == crossing.TrapCall
+		switch {
+		case t.esc != nil && t.endEscalation(tr):
+		case tr.Kind == crossing.TrapCall:
+			t.viaSite++
+			if fullStateCall(t.th.Regs.Orig_rax) {
+				t.escalate(true)
+				continue
+			}
 			t.syscall()
-		case crossing.TrapFault:
-			t.fault(tr)
-		case crossing.TrapPreempt:
+		case tr.Kind == crossing.TrapSyscall:
+			if ret := t.p.k.calls.Trapped(tr.Addr); ret != tr.Addr {
+				t.th.Regs.Rip = ret // a patched site's call, made while the tenant has threads
+			} else {
+				t.patchSite(tr.Addr)
+			}
+			t.syscall()
+		case tr.Kind == crossing.TrapFault:
+			if !t.patchedCallFault(tr) {
+				t.fault(tr)
+			}
+		case tr.Kind == crossing.TrapPreempt:
 			t.yield()
 		}
 		if !t.stop {
@@ -155,6 +180,7 @@ func (t *Task) run() {
 	t.kt.Exit()
 	t.spare = false
 	t.p.cpu.Add(int64(threadCPU() - started))
+	t.p.k.viaSite.Add(t.viaSite)
 	t.closeInterrupt()
 	t.p.taskDone(t, ended)
 }

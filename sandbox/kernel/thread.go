@@ -27,6 +27,18 @@ func (t *Task) newThread(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if err != nil {
 		return 0, unix.EAGAIN
 	}
+	// Patched call sites must trap before the thread exists (crossing.Stub.SetSingle), and no
+	// task that ends meanwhile may turn them back.
+	p.mu.Lock()
+	p.threading++
+	p.stub.SetSingle(false)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.threading--
+		p.mu.Unlock()
+		p.updateSingle()
+	}()
 	th, err := p.stub.NewThread()
 	if err != nil {
 		k.cfg.Log("pid %d: new thread: %v", p.pid, err)
