@@ -28,6 +28,7 @@ typedef int i32;
 #define NR_clone 56
 #define NR_exit 60
 #define NR_sigaltstack 131
+#define NR_setpriority 141
 #define NR_prctl 157
 #define NR_arch_prctl 158
 #define NR_futex 202
@@ -289,6 +290,10 @@ void stub_main(u64 *sp)
 	sys3(NR_close_range, 0, 2, 0);
 	sys3(NR_close, FD_SYSMSG, 0, 0);
 	sys3(NR_close_range, FD_CALLS, ~0U, 0);
+	/* The sandbox's own threads run at the lowest weight (see kernel.lowerWeight); its tenant
+	 * threads carry the pod's. Threads the control thread makes inherit this. Without the right
+	 * to raise it, the stub keeps what it inherited. */
+	sys3(NR_setpriority, 0 /* PRIO_PROCESS */, 0, 0);
 	if (sys6(NR_prctl, 38 /* PR_SET_NO_NEW_PRIVS */, 1, 0, 0, 0, 0) != 0)
 		die(122);
 	/* Exec'd from a memfd, the stub would be named after its descriptor: name it for ps. */

@@ -22,14 +22,15 @@ import (
 
 // Kernel is one sandbox's kernel: the grant, the vCPUs and every tenant process of the pod.
 type Kernel struct {
-	cfg     Config
-	grant   *memgrant.Grant
-	sched   *kernelet.Kernelet
-	svc     *crossing.Services
-	auxv    hostAuxv
-	calls   *crossing.Calls // patched call sites; nil with Config.NoCallPatching
-	patched atomic.Int64    // call sites patched so far
-	viaSite atomic.Int64    // calls served from patched sites, added when their tasks end
+	cfg       Config
+	grant     *memgrant.Grant
+	sched     *kernelet.Kernelet
+	svc       *crossing.Services
+	auxv      hostAuxv
+	calls     *crossing.Calls // patched call sites; nil with Config.NoCallPatching
+	lowWeight bool            // the sandbox's threads run at a low host weight (weight.go)
+	patched   atomic.Int64    // call sites patched so far
+	viaSite   atomic.Int64    // calls served from patched sites, added when their tasks end
 
 	mu         sync.Mutex
 	procs      map[int]*Process
@@ -87,7 +88,7 @@ func New(cfg Config) (*Kernel, error) {
 		}
 	}
 	k := &Kernel{
-		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(), calls: calls,
+		cfg: cfg, grant: g, sched: sched, svc: crossing.NewServices(), auxv: readHostAuxv(), calls: calls, lowWeight: lowerWeight(),
 		procs: map[int]*Process{}, containers: map[string]*container{}, nextPid: 1,
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}

@@ -118,6 +118,11 @@ func (t *Task) run() {
 	t.p.mu.Unlock()
 	t.kt.OnGiveWay = t.th.StopSpinning
 	t.th.SpinWhile = &t.kt.SpareHeld
+	if t.p.k.lowWeight {
+		// Carriers weigh what the stubs they take turns with weigh (weight.go).
+		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
+		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
+	}
 	t.kt.Acquire()
 	started := threadCPU() // the carrier's own CPU time: the task's system time
 	t.fast = t.th.Trap().Kind == crossing.TrapCall
