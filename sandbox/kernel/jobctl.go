@@ -218,21 +218,14 @@ func (p *Process) childExited(parent *Process) {
 	notify(parent.childEvent)
 }
 
-// orphanedPgrp reports whether p's process group is orphaned: no member has a parent in the
-// sandbox outside the group. (Sessions are not kept: every process counts as one session.) Linux
-// drops SIGTSTP, SIGTTIN and SIGTTOU whose action would stop a member of such a group, since
-// nobody would be there to continue it.
+// orphanedPgrp reports whether p's process group is orphaned: no member has a parent in another
+// group of the same session (session.go). Linux drops SIGTSTP, SIGTTIN and SIGTTOU whose action
+// would stop a member of such a group, since nobody would be there to continue it.
 func (p *Process) orphanedPgrp() bool {
 	k := p.k
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	pgid := p.pgid
-	for _, q := range k.procs {
-		if q.c == p.c && q.pgid == pgid && q.parent != nil && q.parent.pgid != pgid {
-			return false
-		}
-	}
-	return true
+	return k.orphanedLocked(p.c, p.pgid)
 }
 
 // stopAction applies a stop signal's default action: SIGSTOP always stops, the others not in an

@@ -309,12 +309,13 @@ func (k *Kernel) exited(p *Process) {
 	k.mu.Lock()
 	delete(k.procs, p.pid)
 	init := p.c.init
-	var orphans []*Process
+	var orphans, moved []*Process
 	for pid, ch := range p.children {
 		delete(p.children, pid)
 		if init != nil && init != p && !init.exited() {
 			ch.parent = init
 			init.children[pid] = ch
+			moved = append(moved, ch)
 			if ch.zombie {
 				notify(init.childEvent)
 			}
@@ -343,6 +344,9 @@ func (k *Kernel) exited(p *Process) {
 		if !q.zombie {
 			q.Signal(unix.SIGKILL)
 		}
+	}
+	if len(orphans) == 0 && len(others) == 0 {
+		k.hupOrphanedPgrps(p, parent, moved) // session.go
 	}
 }
 

@@ -26,6 +26,8 @@ type Process struct {
 	parent   *Process
 	children map[int]*Process
 	pgid     int
+	sid      int  // session (session.go)
+	execed   bool // it called execve since its fork: its parent may no longer setpgid it
 	zombie   bool // exited, not yet reaped by its parent
 	// childEvent is poked when a child exits, for wait4.
 	childEvent chan struct{}
@@ -69,7 +71,7 @@ type sigaction struct {
 
 func newProcess(k *Kernel, pid int, c *container, cwd string) *Process {
 	return &Process{
-		k: k, pid: pid, c: c, fs: k.procView(c, pid), fds: vfs.NewFDTable(), cwd: cwd, pgid: pid,
+		k: k, pid: pid, c: c, fs: k.procView(c, pid), fds: vfs.NewFDTable(), cwd: cwd, pgid: pid, sid: pid,
 		children: map[int]*Process{}, childEvent: make(chan struct{}, 1),
 		umask: 0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
 	}

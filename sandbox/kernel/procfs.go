@@ -400,13 +400,13 @@ func lockProc(p *Process) bool {
 
 // procSnap is what stat and status show of a process, taken under its locks.
 type procSnap struct {
-	pid, ppid, pgid, threads int
-	state                    byte
-	cpuTicks                 int64
-	vsize, rss               uint64
-	comm                     string
-	brk                      uint64
-	umask                    uint32
+	pid, ppid, pgid, sid, threads int
+	state                         byte
+	cpuTicks                      int64
+	vsize, rss                    uint64
+	comm                          string
+	brk                           uint64
+	umask                         uint32
 }
 
 func (p *Process) procSnapshot() procSnap {
@@ -415,7 +415,7 @@ func (p *Process) procSnapshot() procSnap {
 	if p.parent != nil {
 		s.ppid = p.parent.pid
 	}
-	s.pgid = p.pgid
+	s.pgid, s.sid = p.pgid, p.sid
 	p.k.mu.Unlock()
 	if lockProc(p) {
 		s.threads = len(p.tasks)
@@ -456,7 +456,7 @@ func (p *Process) procStat(asker int) []byte {
 	// exit_code
 	return fmt.Appendf(nil, "%d (%s) %c %d %d %d 0 -1 4194560 0 0 0 0 %d 0 0 0 20 0 %d 0 0 %d %d "+
 		"18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 %d 0 0 0 0 0\n",
-		s.pid, s.comm, s.state, s.ppid, s.pgid, s.pgid, s.cpuTicks, s.threads,
+		s.pid, s.comm, s.state, s.ppid, s.pgid, s.sid, s.cpuTicks, s.threads,
 		s.vsize, s.rss/memgrant.PageSize, s.brk)
 }
 

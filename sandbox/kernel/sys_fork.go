@@ -112,7 +112,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if vfork {
 		child.vforkDone = make(chan struct{})
 	}
-	child.pgid = p.pgid
+	child.pgid, child.sid = p.pgid, p.sid
 	k.adopt(child, p)
 	go ct.run()
 	if vfork {
@@ -209,6 +209,7 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 		t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
 		return 0, nil
 	}
+	p.markExeced() // before close-on-exec: a parent that sees those fds close sees the exec
 	p.fds.CloseOnExec()
 	p.mu.Lock()
 	for i := range p.sigacts {
@@ -285,31 +286,6 @@ func (k *Kernel) lookup(pid int) *Process {
 	return k.procs[pid]
 }
 
-func sysSetpgid(t *Task, a sysargs) (uint64, error) {
-	pid, pgid := int(int32(a[0])), int(int32(a[1]))
-	if pgid < 0 {
-		return 0, unix.EINVAL
-	}
-	target := t.p
-	if pid != 0 && pid != t.p.pid {
-		k := t.p.k
-		k.mu.Lock()
-		ch := t.p.children[pid]
-		k.mu.Unlock()
-		if ch == nil {
-			return 0, unix.ESRCH
-		}
-		target = ch
-	}
-	if pgid == 0 {
-		pgid = target.pid
-	}
-	t.p.k.mu.Lock()
-	target.pgid = pgid
-	t.p.k.mu.Unlock()
-	return 0, nil
-}
-
 func sysGetpgid(t *Task, a sysargs) (uint64, error) {
 	pid := int(int32(a[0]))
 	target := t.p
@@ -324,13 +300,6 @@ func sysGetpgid(t *Task, a sysargs) (uint64, error) {
 }
 
 func sysGetpgrp(t *Task, a sysargs) (uint64, error) { return sysGetpgid(t, sysargs{}) }
-
-func sysSetsid(t *Task, a sysargs) (uint64, error) {
-	t.p.k.mu.Lock()
-	defer t.p.k.mu.Unlock()
-	t.p.pgid = t.p.pid
-	return uint64(t.p.pid), nil
-}
 
 func sysGetppid(t *Task, a sysargs) (uint64, error) {
 	t.p.k.mu.Lock()

@@ -42,7 +42,7 @@ func init() {
 		unix.SYS_EXIT: sysExit, unix.SYS_EXIT_GROUP: sysExitGroup, unix.SYS_GETPID: sysGetpid,
 		unix.SYS_GETTID: sysGettid, unix.SYS_GETPPID: sysGetppid, unix.SYS_GETUID: sysZero,
 		unix.SYS_GETEUID: sysZero, unix.SYS_GETGID: sysZero, unix.SYS_GETEGID: sysZero,
-		unix.SYS_GETPGRP: sysGetpgrp, unix.SYS_GETPGID: sysGetpgid, unix.SYS_GETSID: sysGetpgid,
+		unix.SYS_GETPGRP: sysGetpgrp, unix.SYS_GETPGID: sysGetpgid, unix.SYS_GETSID: sysGetsid,
 		unix.SYS_SETPGID: sysSetpgid, unix.SYS_SETSID: sysSetsid,
 		unix.SYS_FORK: sysFork, unix.SYS_VFORK: sysVfork, unix.SYS_CLONE: sysClone,
 		unix.SYS_EXECVE: sysExecve, unix.SYS_EXECVEAT: sysExecveat, unix.SYS_WAIT4: sysWait4,
@@ -67,6 +67,14 @@ func init() {
 		unix.SYS_SCHED_GETPARAM: sysSchedGetparam, unix.SYS_SCHED_GET_PRIORITY_MAX: sysSchedGetPriorityMax,
 		unix.SYS_SCHED_GET_PRIORITY_MIN: sysSchedGetPriorityMin, unix.SYS_SCHED_RR_GET_INTERVAL: sysSchedRRGetInterval,
 		unix.SYS_TGKILL: sysTgkill, unix.SYS_TKILL: sysTkill, unix.SYS_GETRUSAGE: sysGetrusage,
+		unix.SYS_EPOLL_CREATE:  sysEpollCreate,
+		unix.SYS_EPOLL_CREATE1: sysEpollCreate1,
+		unix.SYS_EPOLL_CTL:     sysEpollCtl,
+		unix.SYS_EPOLL_WAIT:    sysEpollWait,
+		unix.SYS_EPOLL_PWAIT:   sysEpollPwait,
+		unix.SYS_EPOLL_PWAIT2:  sysEpollPwait2,
+		unix.SYS_EVENTFD:       sysEventfd,
+		unix.SYS_EVENTFD2:      sysEventfd2,
 	} {
 		syscallTable[nr] = fn
 	}

@@ -39,6 +39,9 @@ type File struct {
 
 	dirMu  sync.Mutex
 	dirOff int64 // listing position of the synthetic /dev directory
+
+	anon *anonFile    // an epoll set or eventfd (epoll.go), or nil
+	rel  releaseWatch // told when the last reference goes (epoll sets holding the File)
 }
 
 const typKnown = 1 << 31
@@ -98,6 +101,7 @@ func (f *File) DecRef() error {
 	if n < 0 {
 		panic(fmt.Sprintf("vfs: File %q released more often than referenced", f.path))
 	}
+	f.fireRelease()
 	if f.host != nil {
 		return f.host.Close()
 	}
@@ -161,6 +165,9 @@ func (f *File) HostFd() int { return f.fd }
 func (f *File) MayBlock() bool {
 	if f.fd < 0 {
 		return false
+	}
+	if f.anon != nil {
+		return f.anon.mayBlock
 	}
 	switch f.fileType() {
 	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFCHR:
