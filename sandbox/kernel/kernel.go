@@ -461,6 +461,7 @@ func (k *Kernel) wantPreempt() {
 // The waiting check and the clearing of k.preempting are both under k.mu, and a task queues
 // before it calls wantPreempt, so no waiter is left without the ticker.
 func (k *Kernel) preemptLoop() {
+	defer k.atCarrierWeight()()
 	tick := time.NewTicker(timeSlice / 2)
 	defer tick.Stop()
 	for range tick.C {

@@ -50,6 +50,7 @@ func (k *Kernel) StartProbe(interval time.Duration) {
 	k.mu.Unlock()
 	go func() {
 		defer close(pr.done)
+		defer k.atCarrierWeight()()
 		timer := time.NewTimer(interval)
 		defer timer.Stop()
 		for {

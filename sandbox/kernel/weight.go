@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +22,22 @@ const (
 	niceCarrier = 0  // a task's carrier, like its stub thread
 	niceSandbox = 19 // every other thread of the sandbox
 )
+
+// atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until
+// the returned function is called: for the sandbox's own clocks that tasks wait on (the time
+// slice's ticker, the probe), which at nice 19 would run late whenever the pod's vCPUs are busy.
+func (k *Kernel) atCarrierWeight() (done func()) {
+	runtime.LockOSThread()
+	if k.lowWeight {
+		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
+	}
+	return func() {
+		if k.lowWeight {
+			unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
+		}
+		runtime.UnlockOSThread()
+	}
+}
 
 // lowerWeight puts every thread of this process at niceSandbox; threads the Go runtime makes
 // later inherit it (those made for locked threads come from its template thread, made here or
