@@ -916,6 +916,13 @@ func (as *AddressSpace) ResidentBytes() int64 {
 	return int64(as.pt.pages) << pageShift
 }
 
+// PeakResidentBytes returns the most bytes of pages the address space had present at once.
+func (as *AddressSpace) PeakResidentBytes() int64 {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	return int64(as.pt.peak) << pageShift
+}
+
 // Faults returns the number of on-demand populations done so far, by HandleFault or by a
 // copy that met a lazy page. Reads after an eager Map take none.
 func (as *AddressSpace) Faults() uint64 {

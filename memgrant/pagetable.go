@@ -45,6 +45,7 @@ type ptChunk struct {
 type pageTable struct {
 	chunks map[uint64]*ptChunk
 	pages  int // present pages
+	peak   int // the most pages present at once
 }
 
 func (pt *pageTable) init() { pt.chunks = make(map[uint64]*ptChunk) }
@@ -73,6 +74,7 @@ func (pt *pageTable) setPTE(va uint64, p pte) {
 	if !e.present() {
 		c.present++
 		pt.pages++
+		pt.peak = max(pt.peak, pt.pages)
 	}
 	p.flags |= ptePresent
 	*e = p

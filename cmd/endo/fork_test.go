@@ -84,3 +84,13 @@ func TestTimeReportsChildCPU(t *testing.T) {
 		require.LessOrEqual(t, user+sys, real*1.5+0.05, r.stderr)
 	}
 }
+
+// ru_maxrss is the peak of a process's resident memory, in getrusage, wait4 and RUSAGE_CHILDREN,
+// banded as the tenant prints it, as natively (it was 0).
+func TestMaxRSS(t *testing.T) {
+	want := native(t, "/bin/maxrss")
+	require.Equal(t, 0, want.code, want.stderr)
+	require.Contains(t, want.stdout, "child in wait4: 48 to 96 MiB")
+	got := endo(t, "/bin/maxrss")
+	require.Equal(t, want, got)
+}

@@ -52,9 +52,10 @@ type Process struct {
 	live      int     // tasks whose goroutine has not ended
 	threading int     // new threads being made: patched call sites must trap (calls.go)
 
-	cpu       atomic.Int64 // nanoseconds its carriers ran for it (system time)
-	user      atomic.Int64 // nanoseconds its stub ran, once fixed at the end (rusage.go)
-	userFixed atomic.Bool
+	cpu       atomic.Int64  // nanoseconds its carriers ran for it (system time)
+	user      atomic.Int64  // nanoseconds its stub ran, once fixed at the end (rusage.go)
+	maxRSS    atomic.Int64  // its peak resident bytes, once fixed at the end
+	userFixed atomic.Bool   // user and maxRSS are fixed
 	stubCPU0  time.Duration // the stub's CPU clock when the process started in it
 	reapedMu  sync.Mutex
 	reaped    usage         // of its waited-for children and theirs

@@ -16,12 +16,14 @@ import (
 type usage struct {
 	user, sys time.Duration
 	faults    uint64
+	maxRSS    int64 // bytes; for children, the largest child's (as Linux)
 }
 
 func (u *usage) add(o usage) {
 	u.user += o.user
 	u.sys += o.sys
 	u.faults += o.faults
+	u.maxRSS = max(u.maxRSS, o.maxRSS)
 }
 
 // put writes u as a struct rusage (x86-64: two timevals, then longs; ru_minflt at 64).
@@ -30,6 +32,7 @@ func (u usage) put(ru *[144]byte) {
 	binary.LittleEndian.PutUint64(ru[8:], uint64(u.user%time.Second/time.Microsecond))
 	binary.LittleEndian.PutUint64(ru[16:], uint64(u.sys/time.Second))
 	binary.LittleEndian.PutUint64(ru[24:], uint64(u.sys%time.Second/time.Microsecond))
+	binary.LittleEndian.PutUint64(ru[32:], uint64(u.maxRSS>>10)) // ru_maxrss, in KiB
 	binary.LittleEndian.PutUint64(ru[64:], u.faults)
 }
 
@@ -52,9 +55,11 @@ func processCPU(pid int) time.Duration {
 // startUsage notes the stub's CPU clock as the process starts in it.
 func (p *Process) startUsage() { p.stubCPU0 = processCPU(p.stub.Pid()) }
 
-// endUsage fixes the process's user time as it ends, before its stub serves another.
+// endUsage fixes the process's user time and peak memory as it ends, before its stub serves
+// another and its address space goes.
 func (p *Process) endUsage() {
 	p.user.Store(int64(max(0, processCPU(p.stub.Pid())-p.stubCPU0)))
+	p.maxRSS.Store(p.as.PeakResidentBytes())
 	p.userFixed.Store(true)
 }
 
@@ -64,5 +69,9 @@ func (p *Process) usage() usage {
 	if !p.userFixed.Load() && p.stub != nil {
 		user = max(0, processCPU(p.stub.Pid())-p.stubCPU0)
 	}
-	return usage{user: user, sys: time.Duration(p.cpu.Load()), faults: p.faults.Load()}
+	maxRSS := p.maxRSS.Load()
+	if !p.userFixed.Load() && p.as != nil {
+		maxRSS = p.as.PeakResidentBytes()
+	}
+	return usage{user: user, sys: time.Duration(p.cpu.Load()), faults: p.faults.Load(), maxRSS: maxRSS}
 }
