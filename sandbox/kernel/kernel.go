@@ -80,6 +80,7 @@ func New(cfg Config) (*Kernel, error) {
 		g.Close()
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
+	sizeRuntime(cfg.VCPUs)
 	var calls *crossing.Calls
 	if !cfg.NoCallPatching {
 		if calls, err = crossing.NewCalls(); err != nil {
@@ -138,7 +139,11 @@ func (k *Kernel) VCPUs() int { return k.sched.N() }
 // SetVCPUs changes the kernel's vCPU count (the pod's CPU limit changed); new processes see it
 // in sched_getaffinity (nproc) and /proc/cpuinfo.
 func (k *Kernel) SetVCPUs(n int) error {
-	return k.sched.Resize(n)
+	if err := k.sched.Resize(n); err != nil {
+		return err
+	}
+	sizeRuntime(n)
+	return nil
 }
 
 // Timings returns the crossing timings taken at the first process's start.

@@ -36,7 +36,7 @@ type probe struct {
 
 // probeBudget bounds the probe's cost: it waits at least this many times as long as a sample
 // took before the next one.
-const probeBudget = 10
+const probeBudget = 20
 
 // StartProbe samples every interval (or less often, when samples are costly) until StopProbe.
 func (k *Kernel) StartProbe(interval time.Duration) {
