@@ -36,7 +36,7 @@ type probe struct {
 
 // probeBudget bounds the probe's cost: it waits at least this many times as long as a sample
 // took before the next one.
-const probeBudget = 20
+const probeBudget = 50
 
 // StartProbe samples every interval (or less often, when samples are costly) until StopProbe.
 func (k *Kernel) StartProbe(interval time.Duration) {
@@ -51,6 +51,8 @@ func (k *Kernel) StartProbe(interval time.Duration) {
 	go func() {
 		defer close(pr.done)
 		defer k.atCarrierWeight()()
+		files := statFiles{}
+		defer files.close()
 		timer := time.NewTimer(interval)
 		defer timer.Stop()
 		for {
@@ -60,7 +62,7 @@ func (k *Kernel) StartProbe(interval time.Duration) {
 			case <-timer.C:
 			}
 			t0 := time.Now()
-			n := k.runnableNow()
+			n := k.runnableNow(files)
 			// A sample reads two /proc files a task: with many tasks, sampling every interval
 			// would keep a CPU busy in the sandbox's own cgroup, the very load being measured.
 			// The probe spends at most 1/probeBudget of a CPU.
@@ -92,7 +94,7 @@ func (k *Kernel) StopProbe() ProbeResult {
 
 // runnableNow counts the tasks that Linux has runnable: a task's carrier and its stub thread hand
 // the task back and forth, so a task counts once if either is in state R.
-func (k *Kernel) runnableNow() int {
+func (k *Kernel) runnableNow(files statFiles) int {
 	k.mu.Lock()
 	procs := make([]*Process, 0, len(k.procs))
 	for _, p := range k.procs {
@@ -101,29 +103,60 @@ func (k *Kernel) runnableNow() int {
 	k.mu.Unlock()
 	self := os.Getpid()
 	n := 0
+	seen := make(map[[2]int]bool, len(files))
 	for _, p := range procs {
 		p.mu.Lock()
 		tasks := append([]*Task(nil), p.tasks...)
 		p.mu.Unlock()
 		for _, t := range tasks {
 			c := int(t.carrier.Load())
-			if c != 0 && threadRunnable(self, c) || threadRunnable(p.stub.Pid(), t.th.Tid()) {
+			if c != 0 && files.runnable(self, c, seen) || files.runnable(p.stub.Pid(), t.th.Tid(), seen) {
 				n++
 			}
+		}
+	}
+	for k, fd := range files {
+		if !seen[k] {
+			unix.Close(fd)
+			delete(files, k)
 		}
 	}
 	return n
 }
 
-// threadRunnable reads a thread's state from /proc/<pid>/task/<tid>/stat.
-func threadRunnable(pid, tid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
-	if err != nil {
-		return false
+// statFiles keeps the probe's /proc/<pid>/task/<tid>/stat files open from sample to sample: on
+// this kind of host an open and a close cost several times a read, and a sample reads two files
+// a task.
+type statFiles map[[2]int]int
+
+// runnable reads a thread's state; seen notes the files in use.
+func (f statFiles) runnable(pid, tid int, seen map[[2]int]bool) bool {
+	key := [2]int{pid, tid}
+	fd, ok := f[key]
+	if !ok {
+		var err error
+		fd, err = unix.Open(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false
+		}
+		f[key] = fd
 	}
+	seen[key] = true
+	var buf [512]byte
+	n, err := unix.Pread(fd, buf[:], 0)
+	if err != nil || n <= 0 {
+		return false // the thread has ended; its file goes after this sample
+	}
+	b := buf[:n]
 	// The state follows the command name, which is in parentheses and may hold spaces.
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
+}
+
+func (f statFiles) close() {
+	for _, fd := range f {
+		unix.Close(fd)
+	}
 }
 
 // stolenBook is the carriers' run-queue wait. A carrier is an OS thread the task's goroutine
