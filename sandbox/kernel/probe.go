@@ -53,20 +53,26 @@ func (k *Kernel) StartProbe(interval time.Duration) {
 		defer k.atCarrierWeight()()
 		files := statFiles{}
 		defer files.close()
-		timer := time.NewTimer(interval)
-		defer timer.Stop()
+		// The thread sleeps in the host rather than on a Go timer: waking a locked goroutine
+		// from a timer hands a P from thread to thread, which cost more than the sample.
+		wait := interval
+		last := threadCPU()
 		for {
+			ts := unix.NsecToTimespec(int64(wait))
+			unix.Nanosleep(&ts, nil)
 			select {
 			case <-pr.stop:
 				return
-			case <-timer.C:
+			default:
 			}
-			t0 := time.Now()
 			n := k.runnableNow(files)
-			// A sample reads two /proc files a task: with many tasks, sampling every interval
-			// would keep a CPU busy in the sandbox's own cgroup, the very load being measured.
-			// The probe spends at most 1/probeBudget of a CPU.
-			timer.Reset(max(interval, probeBudget*time.Since(t0)))
+			// A sample reads two /proc files a task, and waking this thread for it costs too:
+			// sampling every interval would keep a CPU busy in the sandbox's own cgroup, the
+			// very load being measured. The probe spends at most 1/probeBudget of a CPU (its
+			// thread's CPU time from one sample to the next: it runs nothing else).
+			now := threadCPU()
+			wait = max(interval, probeBudget*(now-last))
+			last = now
 			pr.mu.Lock()
 			pr.res.Samples++
 			pr.res.MostRunnable = max(pr.res.MostRunnable, n)
