@@ -159,6 +159,30 @@ func (as *AddressSpace) protectOps(s, e uint64, prot Prot) []HostOp {
 // If the child's host mapper fails, Fork returns the broken child with the error: its
 // stub may map some of the frames, so the caller must Release it once the stub is gone.
 func (as *AddressSpace) Fork(m HostMapper, l Layout) (*AddressSpace, error) {
+	return as.fork(m, l, nil)
+}
+
+// ForkOver is Fork into the host process that prev, an address space it held before, left as it
+// was (its process exited and Empty was not called): on the host only the pages that differ are
+// mapped over or unmapped, which for the next child of the same parent is few of them. Then
+// prev is released. On error prev is the caller's still, to release once the host process is
+// gone (its host state is unknown).
+func (as *AddressSpace) ForkOver(prev *AddressSpace, l Layout) (*AddressSpace, error) {
+	prev.mu.Lock()
+	err := prev.usable()
+	m := prev.m
+	prev.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("fork over an old address space: %w", err)
+	}
+	child, err := as.fork(m, l, prev)
+	if err == nil {
+		prev.Release()
+	}
+	return child, err
+}
+
+func (as *AddressSpace) fork(m HostMapper, l Layout, prev *AddressSpace) (*AddressSpace, error) {
 	if l.Min%PageSize != 0 || l.Max%PageSize != 0 || l.Min >= l.Max {
 		return nil, errf(unix.EINVAL, "fork: bad layout [%#x, %#x)", l.Min, l.Max)
 	}
@@ -220,10 +244,41 @@ func (as *AddressSpace) Fork(m HostMapper, l Layout) (*AddressSpace, error) {
 	}
 	child.mu.Lock()
 	defer child.mu.Unlock()
+	if prev != nil {
+		cops = child.diffOps(prev)
+	}
 	if err := child.apply(cops); err != nil {
 		return child, fmt.Errorf("fork: map the child: %w", err)
 	}
 	return child, nil
+}
+
+// diffOps returns the host ops that turn what prev (an address space the same host process held
+// before) left mapped into what as maps: pages with the same frame and rights stay, others are
+// mapped over, and prev's other pages are unmapped. as.mu is held.
+func (as *AddressSpace) diffOps(prev *AddressSpace) []HostOp {
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	var unmaps, maps []HostOp
+	for _, v := range prev.vmas {
+		prev.pt.forEachPresentPtr(v.start, v.end, func(va uint64, p *pte) {
+			if !as.pt.get(va).present() {
+				unmaps = appendRange(unmaps, OpUnmap, va, 0)
+			}
+		})
+	}
+	for _, v := range as.vmas {
+		as.pt.forEachPresentPtr(v.start, v.end, func(va uint64, p *pte) {
+			prot := hostProt(v.prot, *p)
+			if q := prev.pt.get(va); q.present() && q.frame == p.frame {
+				if _, pv := prev.find(va); pv != nil && hostProt(pv.prot, q) == prot {
+					return
+				}
+			}
+			maps = appendMap(maps, va, p.frame, prot)
+		})
+	}
+	return append(unmaps, maps...)
 }
 
 // cowAroundMax is the most pages a copy-on-write fault breaks at once. A host mmap costs

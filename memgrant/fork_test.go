@@ -416,3 +416,52 @@ func TestEmpty(t *testing.T) {
 	}
 	require.Error(t, x.as.Empty(), "an emptied address space is released")
 }
+
+// A second child forked into the host process the first one left (ForkOver) gets the same view
+// as a fresh fork, but the host maps only what differs: the first child's own pages go, the page
+// it had copied on write goes back to the shared frame, and the rest stays as it was.
+func TestForkOverMapsOnlyWhatDiffers(t *testing.T) {
+	const pages = 32
+	x := newTestAS(t, 16<<20, 4<<20, Layout{})
+	heap, err := x.as.Map(0, pages*PageSize, ProtRead|ProtWrite, 0, "heap", pattern)
+	require.NoError(t, err)
+	text, err := x.as.Map(0, 4*PageSize, ProtRead|ProtExec, 0, "text", pattern)
+	require.NoError(t, err)
+	lm, err := NewLocalMapperAt(x.g, x.lm.Size(), x.lm.Base())
+	require.NoError(t, err)
+	defer lm.Close()
+	l := x.as.Layout()
+	l.Reserved = nil
+	c1, err := x.as.Fork(lm, l)
+	require.NoError(t, err)
+	first := testAS{g: x.g, lm: lm, as: c1}
+
+	// The first child writes a page (its own copy) and maps one more page, then is done.
+	ok, err := c1.HandleFault(heap+3*PageSize, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	first.local(t, heap+3*PageSize, PageSize)[7] = 0xAB
+	own, err := c1.Map(0, PageSize, ProtRead|ProtWrite, 0, "own", nil)
+	require.NoError(t, err)
+	first.local(t, own, PageSize)[0] = 0xCD
+	used := x.g.UsedBytes()
+
+	_, opsBefore := lm.Stats()
+	c2, err := x.as.ForkOver(c1, l)
+	require.NoError(t, err)
+	defer c2.Release()
+	_, opsAfter := lm.Stats()
+	second := testAS{g: x.g, lm: lm, as: c2}
+	require.LessOrEqual(t, opsAfter-opsBefore, uint64(3), "unmap the child's own page, map the written one")
+
+	require.Equal(t, patternAt(3*PageSize+7), second.local(t, heap+3*PageSize, PageSize)[7],
+		"the second child sees the parent's data, not the first child's write")
+	require.Equal(t, patternAt(9*PageSize), second.local(t, heap, pages*PageSize)[9*PageSize])
+	require.Equal(t, patternAt(PageSize+1), second.local(t, text, 2*PageSize)[PageSize+1])
+	require.Equal(t, "---", hostRights(t, second, own), "the first child's own page is gone")
+	require.Equal(t, "r--", hostRights(t, second, heap), "copy-on-write, as after a fresh fork")
+	require.Equal(t, "r-x", hostRights(t, second, text))
+	require.Less(t, x.g.UsedBytes(), used, "the first child's own frames went back")
+	f, _ := x.as.Translate(heap + 9*PageSize)
+	require.Equal(t, 2, x.g.Refs(f), "the parent's and the second child's: the first child's went")
+}

@@ -122,6 +122,9 @@ func (k *Kernel) Close() error {
 		select {
 		case s := <-k.spares:
 			s.stub.Release()
+			if s.ghost != nil {
+				s.ghost.Release()
+			}
 			continue
 		default:
 		}
@@ -367,37 +370,91 @@ func notify(ch chan struct{}) {
 const spareStubs = 2
 
 type spareStub struct {
-	stub *crossing.Stub
-	th   *crossing.Thread
+	stub  *crossing.Stub
+	th    *crossing.Thread
+	ghost *memgrant.AddressSpace // what its last process left mapped in it, or nil (recycle)
 }
 
-// newStub returns a started stub, waiting at its boot ping: a spare if there is one (and starts
-// another in the background), else a new one.
-func (k *Kernel) newStub() (*crossing.Stub, *crossing.Thread, error) {
+// newStub returns a started stub, stopped at a trap: a spare if there is one (and starts another
+// in the background), else a new one. A spare may come with the address space its last process
+// left mapped in it (ghost): a fork maps only what differs (memgrant's ForkOver); anything else
+// must Empty it first.
+func (k *Kernel) newStub() (stub *crossing.Stub, th *crossing.Thread, ghost *memgrant.AddressSpace, err error) {
 	select {
 	case s := <-k.spares:
 		if len(k.spares) == 0 {
 			k.refill()
 		}
-		return s.stub, s.th, nil
+		return s.stub, s.th, s.ghost, nil
 	default:
 	}
 	k.refill()
-	return crossing.Spawn(k.grant.File(), k.calls)
+	stub, th, err = crossing.Spawn(k.grant.File(), k.calls)
+	return stub, th, nil, err
 }
 
-// recycle empties the stub of an exited process and keeps it as a spare; it reports false (and
-// leaves the stub and the address space to the caller) when the stub cannot be kept.
+// newEmptyStub is newStub for a process that does not come from a fork: nothing of an earlier
+// process may be left in it.
+func (k *Kernel) newEmptyStub() (*crossing.Stub, *crossing.Thread, error) {
+	stub, th, ghost, err := k.newStub()
+	if err != nil || ghost == nil {
+		return stub, th, err
+	}
+	if err := ghost.Empty(); err != nil {
+		k.cfg.Log("empty a spare stub: %v", err)
+		k.releaseStub(stub, ghost)
+		stub, th, err = crossing.Spawn(k.grant.File(), k.calls)
+		return stub, th, err
+	}
+	return stub, th, nil
+}
+
+// releaseStub ends a stub and then gives back the frames an address space of it held (which the
+// stub may map until it is gone), in the background.
+func (k *Kernel) releaseStub(stub *crossing.Stub, as *memgrant.AddressSpace) {
+	k.releasing.Add(1)
+	go func() {
+		defer k.releasing.Done()
+		stub.Release()
+		if as != nil {
+			as.Release()
+		}
+	}()
+}
+
+// dropGhosts empties the spare stubs that still map what their last processes left: memory is
+// short.
+func (k *Kernel) dropGhosts() {
+	for range cap(k.spares) {
+		var s spareStub
+		select {
+		case s = <-k.spares:
+		default:
+			return
+		}
+		if s.ghost != nil {
+			if err := s.ghost.Empty(); err != nil {
+				k.releaseStub(s.stub, s.ghost)
+				continue
+			}
+			s.ghost = nil
+		}
+		select {
+		case k.spares <- s:
+		default:
+			k.releaseStub(s.stub, nil)
+		}
+	}
+}
+
+// recycle keeps the stub of an exited process as a spare, with what the process left mapped in
+// it (a fork into it maps only what differs); it reports false (and leaves the stub and the
+// address space to the caller) when the stub cannot be kept.
 func (k *Kernel) recycle(stub *crossing.Stub, th *crossing.Thread, as *memgrant.AddressSpace) bool {
 	k.mu.Lock()
 	closed := k.closed
 	k.mu.Unlock()
 	if closed || len(k.spares) == cap(k.spares) {
-		stub.Kill()
-		return false
-	}
-	if err := as.Empty(); err != nil {
-		k.cfg.Log("recycle stub: %v", err)
 		stub.Kill()
 		return false
 	}
@@ -408,12 +465,11 @@ func (k *Kernel) recycle(stub *crossing.Stub, th *crossing.Thread, as *memgrant.
 		return false
 	}
 	select {
-	case k.spares <- spareStub{stub, th}:
-		return true
+	case k.spares <- spareStub{stub, th, as}:
 	default:
-		stub.Release()
-		return true
+		k.releaseStub(stub, as)
 	}
+	return true
 }
 
 // refill starts one spare stub in the background, unless the kernel is closing.
@@ -437,7 +493,7 @@ func (k *Kernel) refill() {
 		k.mu.Unlock()
 		if !closed {
 			select {
-			case k.spares <- spareStub{s, th}:
+			case k.spares <- spareStub{s, th, nil}:
 				return
 			default:
 			}

@@ -83,7 +83,7 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 	if err := p.installStdio(spec); err != nil {
 		return err
 	}
-	stub, th, err := p.k.newStub()
+	stub, th, err := p.k.newEmptyStub()
 	if err != nil {
 		return fmt.Errorf("start sandbox stub: %w", err)
 	}

@@ -284,6 +284,7 @@ func (t *Task) deliverSignals() {
 func (t *Task) copyOutRetry(addr uint64, b []byte) error {
 	err := t.p.k.svc.CopyOut(t.p.as, addr, b)
 	if errors.Is(err, unix.ENOMEM) {
+		t.p.k.dropGhosts()
 		t.blocking(t.p.k.releasing.Wait)
 		err = t.p.k.svc.CopyOut(t.p.as, addr, b)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/endovisor/endo/crossing"
+	"github.com/endovisor/endo/memgrant"
 	"github.com/endovisor/endo/sandbox/kernel/vfs"
 	"golang.org/x/sys/unix"
 )
@@ -45,19 +46,36 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if err != nil {
 		return 0, unix.EAGAIN
 	}
-	stub, th, err := k.newStub()
+	stub, th, ghost, err := k.newStub()
 	if err != nil {
 		k.cfg.Log("pid %d: fork: %v", p.pid, err)
 		return 0, unix.EAGAIN
 	}
 	if stub.VDSO() != p.stub.VDSO() {
-		stub.Release()
+		k.releaseStub(stub, ghost)
 		k.cfg.Log("pid %d: fork: the new stub's vDSO moved (%#x, was %#x)", p.pid, stub.VDSO(), p.stub.VDSO())
 		return 0, unix.EAGAIN
 	}
-	childAS, err := p.as.Fork(stub, layoutFor(stub))
+	var childAS *memgrant.AddressSpace
+	if ghost != nil {
+		// A recycled stub: only what differs from its last process's mappings is mapped.
+		childAS, err = p.as.ForkOver(ghost, layoutFor(stub))
+	} else {
+		childAS, err = p.as.Fork(stub, layoutFor(stub))
+	}
 	if err != nil {
-		stub.Release()
+		// The stub may map frames of either address space until it is gone (ForkOver leaves
+		// the ghost to us on error).
+		k.releasing.Add(1)
+		go func() {
+			defer k.releasing.Done()
+			stub.Release()
+			for _, as := range []*memgrant.AddressSpace{ghost, childAS} {
+				if as != nil {
+					as.Release()
+				}
+			}
+		}()
 		return 0, err
 	}
 	k.holdContainer(p.c)

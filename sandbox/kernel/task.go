@@ -222,6 +222,7 @@ func (t *Task) fault(tr crossing.Trap) {
 			// can go: wait for the one and drop the other before calling this an
 			// out-of-memory kill.
 			t.p.k.pages.drop()
+			t.p.k.dropGhosts()
 			t.blocking(t.p.k.releasing.Wait)
 			ok, err = t.p.k.svc.HandleFault(t.p.as, tr.Addr, tr.Write)
 		}
