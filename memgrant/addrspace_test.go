@@ -700,3 +700,32 @@ func TestBrokenMapperKeepsFramesUntilRelease(t *testing.T) {
 	as.Release()
 	require.Zero(t, g.UsedBytes())
 }
+
+// Batch holds host operations until flush: the host keeps the old mapping (and the frames stay
+// referenced) until then, and one Apply does the whole lot.
+func TestBatchHoldsHostOpsUntilFlush(t *testing.T) {
+	x := newTestAS(t, 16<<20, 1<<20, Layout{})
+	old, err := x.as.Map(0, 4*PageSize, ProtRead|ProtWrite, 0, "old", pattern)
+	require.NoError(t, err)
+	used := x.g.UsedBytes()
+	calls0, _ := x.lm.Stats()
+
+	flush := x.as.Batch()
+	require.NoError(t, x.as.Unmap(old, 4*PageSize))
+	fresh, err := x.as.Map(0, 2*PageSize, ProtRead, 0, "new", nil)
+	require.NoError(t, err)
+	calls1, _ := x.lm.Stats()
+	require.Equal(t, calls0, calls1, "nothing reached the host yet")
+	require.Equal(t, "rw-", hostRights(t, x, old), "the host still maps the old pages")
+	require.Equal(t, used+2*PageSize, x.g.UsedBytes(), "their frames are still held")
+
+	require.NoError(t, flush())
+	calls2, _ := x.lm.Stats()
+	require.Equal(t, calls1+1, calls2, "one host batch")
+	require.Equal(t, used-2*PageSize, x.g.UsedBytes(), "the old frames went back, the new are held")
+	require.Equal(t, "r--", hostRights(t, x, fresh))
+	if fresh != old {
+		require.Equal(t, "---", hostRights(t, x, old))
+	}
+	require.NoError(t, flush(), "a second flush does nothing")
+}

@@ -74,7 +74,7 @@ func (as *AddressSpace) Discard(addr, length uint64) error {
 		as.leaked = append(as.leaked, old...)
 		return fmt.Errorf("discard %#x+%#x: %w", addr, length, err)
 	}
-	as.g.unrefFrames(old)
+	as.unref(old)
 	if hole {
 		return errf(unix.ENOMEM, "discard %#x+%#x: part of the range is not mapped", addr, length)
 	}

@@ -377,7 +377,7 @@ func (as *AddressSpace) breakCowRange(v *vma, s, e uint64) error {
 		as.leaked = append(as.leaked, old...)
 		return err
 	}
-	as.g.unrefFrames(old)
+	as.unref(old)
 	return nil
 }
 

@@ -85,7 +85,7 @@ func (as *AddressSpace) Remap(old, oldLen, newLen uint64, flags RemapFlags, newA
 			as.leaked = append(as.leaked, freed...)
 			return 0, fmt.Errorf("remap %#x+%#x to %#x: %w", old, oldLen, newLen, err)
 		}
-		as.g.unrefFrames(freed)
+		as.unref(freed)
 		return addr, nil
 	}
 

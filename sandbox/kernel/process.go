@@ -95,7 +95,11 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 	p.tasks, p.live = []*Task{t}, 1
 	p.k.timeCrossing(th)
 
+	flush := p.as.Batch() // the program's mappings reach the stub in one batch
 	regs, err := p.load(img, img.argv, spec.Env)
+	if ferr := flush(); err == nil && ferr != nil {
+		err = fmt.Errorf("map the program: %w", ferr)
+	}
 	if err != nil {
 		return err
 	}

@@ -214,14 +214,21 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 	}
 	// No way back from here: failures kill the process, as on Linux.
 	p.as.ForgetParent()
+	// The old image goes and the new one comes in one host batch: no tenant code of the process
+	// runs until the execve returns.
+	flush := p.as.Batch()
 	for _, v := range p.as.VMAs() {
 		if err := p.k.svc.Unmap(p.as, v.Start, v.End-v.Start); err != nil {
+			flush()
 			p.k.cfg.Log("pid %d: execve: unmap: %v", p.pid, err)
 			t.exitGroup(ExitStatus{Signal: unix.SIGKILL})
 			return 0, nil
 		}
 	}
 	regs, err := p.load(img, img.argv, env)
+	if ferr := flush(); err == nil && ferr != nil {
+		err = ferr
+	}
 	if err != nil {
 		p.k.cfg.Log("pid %d: execve %s: %v", p.pid, path, err)
 		t.exitGroup(ExitStatus{Signal: unix.SIGSEGV})
