@@ -19,11 +19,13 @@ type escalation struct {
 }
 
 // fullStateCall reports calls that always need the thread's full state: their sites are left
-// trapping, and from a patched site they escalate before they are served.
+// trapping, and from a patched site they escalate before they are served. exit and exit_group
+// are among them: a stub whose process ended at a patched call must be settled (a round trip)
+// before it can serve a fork, and the parent waits for that.
 func fullStateCall(nr uint64) bool {
 	switch nr {
 	case unix.SYS_RT_SIGRETURN, unix.SYS_CLONE, unix.SYS_CLONE3, unix.SYS_FORK, unix.SYS_VFORK,
-		unix.SYS_EXECVE, unix.SYS_EXECVEAT:
+		unix.SYS_EXECVE, unix.SYS_EXECVEAT, unix.SYS_EXIT, unix.SYS_EXIT_GROUP:
 		return true
 	}
 	return false
