@@ -90,9 +90,16 @@ type AddressSpace struct {
 	leaked    []Frame // frames that may still be mapped in a broken stub; freed by Release
 	released  bool
 
-	batching    bool     // host ops are held for one batch (Batch)
-	batch       []HostOp // the held ops, in order
-	batchFrames []Frame  // frames the held ops unmap, referenced until the batch is applied
+	batching    bool               // host ops are held for one batch (Batch)
+	batch       []HostOp           // the held ops, in order
+	batchFrames []Frame            // frames the held ops unmap, referenced until the batch is applied
+	batchCode   map[uint64]hostPTE // the code pages the host mapped when the batch began
+}
+
+// hostPTE is what the host maps at a page: a frame with rights.
+type hostPTE struct {
+	frame Frame
+	prot  Prot
 }
 
 // NewAddressSpace returns an empty address space whose host side is m. It panics on a
@@ -968,9 +975,22 @@ func (as *AddressSpace) Empty() error {
 // operations unmap stay referenced until then. Only for an address space whose tenant runs no
 // code meanwhile: its host mappings lag its page table. flush reports a failed batch (the
 // address space is broken then, as after any failed host operation).
+//
+// Code pages (executable, not writable) that the host maps at the start and that the batch
+// leaves mapped the same (a program executed anew: its text comes from the same cached frames
+// at the same place) are not touched on the host at all.
 func (as *AddressSpace) Batch() (flush func() error) {
 	as.mu.Lock()
 	as.batching = true
+	as.batchCode = map[uint64]hostPTE{}
+	for _, v := range as.vmas {
+		if v.prot&ProtExec == 0 || v.prot&ProtWrite != 0 {
+			continue
+		}
+		as.pt.forEachPresentPtr(v.start, v.end, func(va uint64, p *pte) {
+			as.batchCode[va] = hostPTE{p.frame, hostProt(v.prot, *p)}
+		})
+	}
 	as.mu.Unlock()
 	return func() error {
 		as.mu.Lock()
@@ -978,8 +998,8 @@ func (as *AddressSpace) Batch() (flush func() error) {
 		if !as.batching {
 			return nil
 		}
-		ops, frames := as.batch, as.batchFrames
-		as.batching, as.batch, as.batchFrames = false, nil, nil
+		ops, frames := as.batchWithoutKept(), as.batchFrames
+		as.batching, as.batch, as.batchFrames, as.batchCode = false, nil, nil, nil
 		if as.released {
 			return errf(unix.EIO, "address space released")
 		}
@@ -993,6 +1013,48 @@ func (as *AddressSpace) Batch() (flush func() error) {
 		as.g.unrefFrames(frames)
 		return nil
 	}
+}
+
+// batchWithoutKept returns the held ops less their parts on the code pages the host maps as the
+// page table does again (batchCode): those stay mapped as they are. as.mu is held.
+func (as *AddressSpace) batchWithoutKept() []HostOp {
+	kept := map[uint64]bool{}
+	for va, h := range as.batchCode {
+		p := as.pt.get(va)
+		if !p.present() || p.frame != h.frame {
+			continue
+		}
+		if _, v := as.find(va); v != nil && hostProt(v.prot, p) == h.prot {
+			kept[va] = true
+		}
+	}
+	if len(kept) == 0 {
+		return as.batch
+	}
+	var out []HostOp
+	for _, op := range as.batch {
+		if op.Kind == OpProtect {
+			out = append(out, op)
+			continue
+		}
+		// The op's runs of pages that are not kept.
+		start := op.Addr
+		for va := op.Addr; va <= op.Addr+op.Length; va += PageSize {
+			if va < op.Addr+op.Length && !kept[va] {
+				continue
+			}
+			if va > start {
+				part := op
+				part.Addr, part.Length = start, va-start
+				if op.Kind == OpMap {
+					part.Offset = op.Offset + (start - op.Addr)
+				}
+				out = append(out, part)
+			}
+			start = va + PageSize
+		}
+	}
+	return out
 }
 
 // unref gives frames back once the host no longer maps them: now, or after the held batch.
