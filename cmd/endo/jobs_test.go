@@ -9,13 +9,33 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// modeCase is one mode of a tenant program that prints what it saw.
+type modeCase struct {
+	test string
+	must []string // lines the native run prints too, so that a broken comparison cannot pass
+}
+
+// requireModesMatchNative runs prog in each case's mode natively (with /proc) and in Endo: the
+// outputs must be the same, and the native one must hold the case's lines.
+func requireModesMatchNative(t *testing.T, prog string, cases []modeCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.test, func(t *testing.T) {
+			want := nativeWithProc(t, prog, c.test)
+			for _, line := range c.must {
+				require.Contains(t, want.stdout, line+"\n")
+			}
+			got := endo(t, prog, c.test)
+			require.Equal(t, want, got)
+		})
+	}
+	requireNoStubs(t)
+}
+
 // Job control, waitid, poll and select: each part of tenants/jobs.c prints what it saw, the same
 // inside Endo as natively.
 func TestJobControlMatchesNative(t *testing.T) {
-	for _, c := range []struct {
-		test string
-		must []string // lines the native run prints too, so that a broken comparison cannot pass
-	}{
+	requireModesMatchNative(t, "/bin/jobs", []modeCase{
 		{"stop", []string{"after SIGSTOP: stopped by 19 (status 0x137f)", "state T", "after SIGCONT: continued (status 0xffff)", "after SIGKILL: killed by 9", "first SIGCHLD: code 5 status 19; more: 1"}},
 		{"tstp", []string{"with a handler: exited 3", "without one: stopped by 20 (status 0x147f)", "then SIGCONT: killed by 15", "continued: exited 4"}},
 		{"threads", []string{"ticks while stopped: 0", "ticks after continue: 1"}},
@@ -24,17 +44,7 @@ func TestJobControlMatchesNative(t *testing.T) {
 		{"poll", []string{"signal: -1 Interrupted system call handled 1", "writer closed: 1 revents 0x10", "bad fd: 1 revents 0x20"}},
 		{"select", []string{"ready: 2 read 1 0 write 1", "bad fd: -1 Bad file descriptor"}},
 		{"ppoll", []string{"blocked by the wait's mask: 1 revents 0x1 handled 1", "let in by the wait's mask: -1 Interrupted system call handled 1 blocked after 1"}},
-	} {
-		t.Run(c.test, func(t *testing.T) {
-			want := nativeWithProc(t, "/bin/jobs", c.test)
-			for _, line := range c.must {
-				require.Contains(t, want.stdout, line+"\n")
-			}
-			got := endo(t, "/bin/jobs", c.test)
-			require.Equal(t, want, got)
-		})
-	}
-	requireNoStubs(t)
+	})
 }
 
 // busybox sh stops, continues and kills a background job as natively, and /proc shows it

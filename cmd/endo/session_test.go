@@ -12,10 +12,7 @@ import (
 // group with a stopped member getting SIGHUP and SIGCONT; each part of tenants/session.c prints
 // what it saw, the same inside Endo as natively.
 func TestSessionsMatchNative(t *testing.T) {
-	for _, c := range []struct {
-		test string
-		must []string // lines the native run prints too, so that a broken comparison cannot pass
-	}{
+	requireModesMatchNative(t, "/bin/session", []modeCase{
 		{"ids", []string{
 			"child inherits session: 1, group: 1",
 			"stat shows the new session: 1",
@@ -31,17 +28,7 @@ func TestSessionsMatchNative(t *testing.T) {
 			"child after exec: EACCES",
 		}},
 		{"orphan", []string{"grandchild stopped", "got SIGHUP", "continued", "not stopped by SIGTSTP"}},
-	} {
-		t.Run(c.test, func(t *testing.T) {
-			want := nativeWithProc(t, "/bin/session", c.test)
-			for _, line := range c.must {
-				require.Contains(t, want.stdout, line+"\n")
-			}
-			got := endo(t, "/bin/session", c.test)
-			require.Equal(t, want, got)
-		})
-	}
-	requireNoStubs(t)
+	})
 }
 
 // busybox's setsid runs its program as the leader of a new session, as /proc shows.
