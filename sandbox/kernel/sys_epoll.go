@@ -345,12 +345,7 @@ func (t *Task) epollCreate(cloexec bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	fd, err := t.p.fds.Install(f, 0, cloexec)
-	if err != nil {
-		f.DecRef()
-		return 0, err
-	}
-	return uint64(fd), nil
+	return t.install(f, 0, cloexec)
 }
 
 // epoll_ctl(epfd, op, fd, event*).
@@ -455,10 +450,5 @@ func (t *Task) eventfd(initval, flags uint64) (uint64, error) {
 		return 0, err
 	}
 	f := vfs.AnonFile(hfd, "eventfd", unix.O_RDWR|int(flags&unix.EFD_NONBLOCK), true, nil)
-	fd, err := t.p.fds.Install(f, 0, flags&unix.EFD_CLOEXEC != 0)
-	if err != nil {
-		f.DecRef()
-		return 0, err
-	}
-	return uint64(fd), nil
+	return t.install(f, 0, flags&unix.EFD_CLOEXEC != 0)
 }

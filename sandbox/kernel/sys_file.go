@@ -16,6 +16,17 @@ const (
 	bounceMax  = 1 << 20
 )
 
+// install puts f in the lowest free descriptor at or above lowest and returns it; it takes the
+// caller's reference to f, which it drops when there is no descriptor to give.
+func (t *Task) install(f *vfs.File, lowest int, cloexec bool) (uint64, error) {
+	fd, err := t.p.fds.Install(f, lowest, cloexec)
+	if err != nil {
+		f.DecRef()
+		return 0, err
+	}
+	return uint64(fd), nil
+}
+
 // file returns the open file at fd with a reference the caller must drop.
 func (t *Task) file(fd uint64) (*vfs.File, error) {
 	return t.p.fds.Get(int(int32(fd)))
@@ -281,12 +292,7 @@ func openat(t *Task, dirfd, pathAddr, flags, mode uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	fd, err := t.p.fds.Install(f, 0, flags&unix.O_CLOEXEC != 0)
-	if err != nil {
-		f.DecRef()
-		return 0, err
-	}
-	return uint64(fd), nil
+	return t.install(f, 0, flags&unix.O_CLOEXEC != 0)
 }
 
 func sysClose(t *Task, a sysargs) (uint64, error) {
@@ -512,12 +518,7 @@ func sysFcntl(t *Task, a sysargs) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		nfd, err := t.p.fds.Install(f, int(int32(a[2])), int(a[1]) == unix.F_DUPFD_CLOEXEC)
-		if err != nil {
-			f.DecRef()
-			return 0, err
-		}
-		return uint64(nfd), nil
+		return t.install(f, int(int32(a[2])), int(a[1]) == unix.F_DUPFD_CLOEXEC)
 	case unix.F_GETFD:
 		c, err := t.p.fds.GetCloexec(fd)
 		if err != nil || !c {
@@ -549,12 +550,7 @@ func sysDup(t *Task, a sysargs) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	fd, err := t.p.fds.Install(f, 0, false)
-	if err != nil {
-		f.DecRef()
-		return 0, err
-	}
-	return uint64(fd), nil
+	return t.install(f, 0, false)
 }
 
 func sysDup2(t *Task, a sysargs) (uint64, error) {
