@@ -46,6 +46,7 @@ type Process struct {
 	brk       uint64
 	sigacts   [65]sigaction
 	pending   uint64      // process-directed signals not yet delivered (bit sig-1)
+	alarm     realTimer   // ITIMER_REAL and alarm(2) (itimer.go)
 	info      [65]sigInfo // the siginfo of each pending signal
 	rlimits   map[int]unix.Rlimit
 	tasks     []*Task // live tasks
@@ -248,6 +249,7 @@ func (p *Process) taskDone(t *Task, ended ExitStatus) {
 func (p *Process) finish(fallback ExitStatus) {
 	p.exitOnce.Do(func() {
 		p.setStatus(fallback)
+		p.alarm.stop()
 		p.endUsage()
 		// A stub whose process simply exited serves the next fork or spawn: starting a stub
 		// costs milliseconds, emptying one a single round trip of its control thread, done

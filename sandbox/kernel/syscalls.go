@@ -75,6 +75,9 @@ func init() {
 		unix.SYS_EPOLL_PWAIT2:  sysEpollPwait2,
 		unix.SYS_EVENTFD:       sysEventfd,
 		unix.SYS_EVENTFD2:      sysEventfd2,
+		unix.SYS_ALARM:         sysAlarm,
+		unix.SYS_SETITIMER:     sysSetitimer,
+		unix.SYS_GETITIMER:     sysGetitimer,
 	} {
 		syscallTable[nr] = fn
 	}
