@@ -116,21 +116,93 @@ func sysWrite(t *Task, a sysargs) (uint64, error) {
 	return uint64(n), err
 }
 
-// transfer reads into bufs from f, or writes bufs to it: waiting without the vCPU when f may
-// block, and raising SIGPIPE for a write nobody reads.
+// transfer reads into bufs from f, or writes bufs to it, raising SIGPIPE for a write nobody
+// reads. A file that may block is tried first with the vCPU held (giving it up and taking it back
+// costs more than most pipe transfers); when it is not ready, the task waits for it without the
+// vCPU (waitReady) and tries again. A blocking write goes on until all of it is written, as on
+// Linux; a signal that cuts it short after part went returns that part.
 func (t *Task) transfer(f *vfs.File, bufs [][]byte, write bool) (int, error) {
-	var n int
-	var err error
-	if write {
-		if ierr := t.io(f, unix.POLLOUT, func() { n, err = f.WriteV(bufs) }); ierr != nil {
-			return 0, ierr
+	if !f.MayBlock() || f.HostFd() < 0 {
+		if write {
+			n, err := f.WriteV(bufs)
+			return n, t.brokenPipe(err)
 		}
-		return n, t.brokenPipe(err)
+		return f.ReadV(bufs)
 	}
-	if ierr := t.io(f, unix.POLLIN, func() { n, err = f.ReadV(bufs) }); ierr != nil {
-		return 0, ierr
+	events := int16(unix.POLLIN)
+	if write {
+		events = unix.POLLOUT
 	}
-	return n, err
+	left, done := totalLen(bufs), 0
+	for {
+		var n int
+		var err error
+		if write {
+			n, err = f.TryWriteV(bufs)
+		} else {
+			n, err = f.TryReadV(bufs)
+		}
+		nonblocking := f.Flags()&unix.O_NONBLOCK != 0
+		switch {
+		case write && err == nil && n > 0 && n < left && !nonblocking:
+			done, left, bufs = done+n, left-n, vfs.SkipBytes(bufs, n)
+		case err != unix.EAGAIN || nonblocking:
+			if done > 0 && err != nil {
+				return done, nil // part went before the error, which the next write reports
+			}
+			if write {
+				return done + n, t.brokenPipe(err)
+			}
+			return n, err
+		}
+		if werr := t.waitReady(f, events); werr != nil {
+			if done > 0 {
+				t.interrupted = false // a partial write is a result: nothing to restart
+				return done, nil
+			}
+			return 0, werr
+		}
+	}
+}
+
+func totalLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// waitReady waits without the vCPU until f's host fd is ready for events, or a signal (or the
+// process's end) cuts the wait short: then it returns EINTR.
+func (t *Task) waitReady(f *vfs.File, events int16) error {
+	ifd, err := t.interruptFd()
+	if err != nil {
+		return err
+	}
+	if t.signalPending() {
+		t.interrupted = true
+		return unix.EINTR
+	}
+	cut := false
+	t.blocking(func() { cut = pollInterruptible(f.HostFd(), ifd, events) })
+	if cut {
+		t.interrupted = true
+		return unix.EINTR
+	}
+	return nil
+}
+
+// pollInterruptible waits until fd is ready for events or the interrupt fd ifd is readable, and
+// reports whether it was the interrupt.
+func pollInterruptible(fd, ifd int, events int16) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(ifd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
+			break
+		}
+	}
+	return pfd[1].Revents != 0
 }
 
 // brokenPipe raises SIGPIPE for a write to a pipe nobody reads, as Linux does; the call still
@@ -142,7 +214,6 @@ func (t *Task) brokenPipe(err error) error {
 	return err
 }
 
-// io runs a transfer, giving the vCPU back first if the file may block.
 // io runs a transfer on f. A file that may block is first waited for without the vCPU, together
 // with the task's interrupt, so that a signal (or the process's end) cuts the wait short: io then
 // returns EINTR and fn does not run.
@@ -167,17 +238,9 @@ func (t *Task) io(f *vfs.File, events int16, fn func()) error {
 	}
 	cut := false
 	t.blocking(func() {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: events}, {Fd: int32(ifd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(pfd, -1); err != unix.EINTR {
-				break
-			}
+		if cut = pollInterruptible(fd, ifd, events); !cut {
+			fn()
 		}
-		if pfd[1].Revents != 0 {
-			cut = true
-			return
-		}
-		fn()
 	})
 	if cut {
 		t.interrupted = true

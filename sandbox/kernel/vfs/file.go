@@ -390,6 +390,47 @@ func (f *File) WriteV(bufs [][]byte) (int, error) {
 	}
 }
 
+// TryReadV is ReadV that never waits: where a blocking read would wait for the file, it fails
+// with EAGAIN instead. The kernel calls it before giving up its vCPU for a read that may block.
+func (f *File) TryReadV(bufs [][]byte) (int, error) {
+	if f.syn != nil || f.dev != nil || !f.MayBlock() {
+		return f.ReadV(bufs)
+	}
+	return f.tryIO(unix.POLLIN, func() (int, error) { return unix.Readv(f.fd, bufs) })
+}
+
+// TryWriteV is one WriteV step that never waits: it writes what fits now (possibly less than
+// asked, even of a blocking pipe) and fails with EAGAIN where a write would wait.
+func (f *File) TryWriteV(bufs [][]byte) (int, error) {
+	if f.syn != nil || f.dev != nil || !f.MayBlock() {
+		return f.WriteV(bufs)
+	}
+	return f.tryIO(unix.POLLOUT, func() (int, error) { return unix.Writev(f.fd, bufs) })
+}
+
+// tryIO runs op once if the file is ready for events: at once on a non-blocking host fd, after a
+// poll that does not wait on a blocking one.
+func (f *File) tryIO(events int16, op func() (int, error)) (int, error) {
+	if !f.hostNB {
+		ready, err := pollFd(f.fd, events, 0)
+		if err != nil {
+			return 0, err
+		}
+		if !ready {
+			return 0, unix.EAGAIN
+		}
+	}
+	for {
+		n, err := op()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// SkipBytes drops the first n bytes of an iovec list.
+func SkipBytes(bufs [][]byte, n int) [][]byte { return skipBytes(bufs, n) }
+
 // skipBytes drops the first n bytes of an iovec list.
 func skipBytes(bufs [][]byte, n int) [][]byte {
 	for len(bufs) > 0 && n >= len(bufs[0]) {
