@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -93,4 +96,42 @@ func TestMaxRSS(t *testing.T) {
 	require.Contains(t, want.stdout, "child in wait4: 48 to 96 MiB")
 	got := endo(t, "/bin/maxrss")
 	require.Equal(t, want, got)
+}
+
+// The memory of a child that exits with 64 MiB mapped goes back to the pod when its parent hears
+// of the exit, as on Linux: the pod's cgroup is not charged for it after (a spare stub keeps
+// only small remains of its last process mapped).
+func TestExitedChildsMemoryGoesBack(t *testing.T) {
+	path := fmt.Sprintf("/endo-test-memory-%d", os.Getpid())
+	cmd := exec.Command(endoBin, "run", "--cgroup", path, "--rootfs", rootfs, "--", "/bin/bigchild")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	usage := func() int64 {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", path, "memory.usage_in_bytes"))
+		if os.IsNotExist(err) {
+			b, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "memory.current"))
+		}
+		require.NoError(t, err)
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	require.True(t, lines.Scan())
+	require.Equal(t, "ready", lines.Text())
+	before := usage()
+	_, err = stdin.Write([]byte{1})
+	require.NoError(t, err)
+	require.True(t, lines.Scan())
+	require.Equal(t, "child done: 0", lines.Text())
+	after := usage()
+	require.NoError(t, stdin.Close())
+	require.NoError(t, cmd.Wait())
+	require.Less(t, after-before, int64(16<<20), "the pod is charged %d MiB more after its child exited", (after-before)>>20)
+	require.False(t, cgroupExists(path))
+	requireNoStubs(t)
 }
