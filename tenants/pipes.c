@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/sendfile.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,5 +97,14 @@ int main(void)
 	alarm(1);
 	n = write(p[1], big, 10);
 	printf("then, into a full pipe: %s\n", err(n));
+	close(p[0]);
+	close(p[1]);
+
+	/* sendfile into a pipe nobody reads: what fits, then the signal cuts it. */
+	pipe(p);
+	int in = open("/bin/pipes", O_RDONLY);
+	alarm(1);
+	n = sendfile(p[1], in, 0, 200000);
+	printf("interrupted sendfile: %ld\n", n);
 	return 0;
 }

@@ -8,7 +8,8 @@ import (
 
 // Pipe transfers (tenants/pipes.c): a blocking write larger than the pipe writes whole, a
 // non-blocking one what fits; reads return what is there; EPIPE; a write cut by a signal after
-// part went returns the part. The same inside Endo as natively, on two vCPUs and on one.
+// part went returns the part, and so does sendfile. The same inside Endo as natively, on two
+// vCPUs and on one.
 func TestPipesMatchNative(t *testing.T) {
 	want := native(t, "/bin/pipes")
 	for _, line := range []string{
@@ -20,6 +21,7 @@ func TestPipesMatchNative(t *testing.T) {
 		"no reader: EPIPE",
 		"interrupted write: 65536",
 		"then, into a full pipe: EINTR",
+		"interrupted sendfile: 65536",
 	} {
 		require.Contains(t, want.stdout, line+"\n")
 	}

@@ -214,41 +214,6 @@ func (t *Task) brokenPipe(err error) error {
 	return err
 }
 
-// io runs a transfer on f. A file that may block is first waited for without the vCPU, together
-// with the task's interrupt, so that a signal (or the process's end) cuts the wait short: io then
-// returns EINTR and fn does not run.
-func (t *Task) io(f *vfs.File, events int16, fn func()) error {
-	if !f.MayBlock() {
-		fn()
-		return nil
-	}
-	fd := f.HostFd()
-	if fd < 0 || f.Flags()&unix.O_NONBLOCK != 0 {
-		t.blocking(fn)
-		return nil
-	}
-	ifd, err := t.interruptFd()
-	if err != nil {
-		t.blocking(fn)
-		return nil
-	}
-	if t.signalPending() {
-		t.interrupted = true
-		return unix.EINTR
-	}
-	cut := false
-	t.blocking(func() {
-		if cut = pollInterruptible(fd, ifd, events); !cut {
-			fn()
-		}
-	})
-	if cut {
-		t.interrupted = true
-		return unix.EINTR
-	}
-	return nil
-}
-
 // iovecs reads a tenant iovec array and returns the sandbox's views of its buffers.
 func (t *Task) iovecs(addr, cnt uint64, write bool) ([][]byte, error) {
 	if cnt > 1024 {
@@ -867,27 +832,13 @@ func sysSendfile(t *Task, a sysargs) (uint64, error) {
 		if err := t.p.k.svc.CopyOut(t.p.as, a[2], b[:]); err != nil {
 			return 0, err
 		}
-	} else {
-		if ierr := t.io(in, unix.POLLIN, func() { n, err = in.Read(buf) }); ierr != nil {
-			return 0, ierr
-		}
-		if err != nil {
-			return 0, err
-		}
+	} else if n, err = t.transfer(in, [][]byte{buf}, false); err != nil {
+		return 0, err
 	}
-	w := 0
-	for w < n {
-		var m int
-		if ierr := t.io(out, unix.POLLOUT, func() { m, err = out.Write(buf[w:n]) }); ierr != nil {
-			err = ierr
-		}
-		if err != nil {
-			if w > 0 {
-				break
-			}
-			return 0, t.brokenPipe(err)
-		}
-		w += m
+	// The output waits as a write(2) to it would, and may end short if a signal cuts it.
+	w, err := t.transfer(out, [][]byte{buf[:n]}, true)
+	if err != nil && w == 0 {
+		return 0, err
 	}
 	return uint64(w), nil
 }
