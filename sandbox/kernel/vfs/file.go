@@ -218,12 +218,8 @@ func (f *File) canWrite() bool {
 func (f *File) blockingIO(events int16, op func() (int, error)) (int, error) {
 	tenantNB := f.flags.Load()&unix.O_NONBLOCK != 0
 	if tenantNB && !f.hostNB && f.MayBlock() {
-		ready, err := pollFd(f.fd, events, 0)
-		if err != nil {
+		if err := f.readyNow(events); err != nil {
 			return 0, err
-		}
-		if !ready {
-			return 0, unix.EAGAIN
 		}
 	}
 	for {
@@ -244,6 +240,15 @@ func (f *File) blockingIO(events int16, op func() (int, error)) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// readyNow fails with EAGAIN unless the host fd is ready for events at once.
+func (f *File) readyNow(events int16) error {
+	ready, err := pollFd(f.fd, events, 0)
+	if err == nil && !ready {
+		err = unix.EAGAIN
+	}
+	return err
 }
 
 // pollFd waits until fd is ready for events, or timeout ms (-1: forever).
@@ -412,12 +417,8 @@ func (f *File) TryWriteV(bufs [][]byte) (int, error) {
 // poll that does not wait on a blocking one.
 func (f *File) tryIO(events int16, op func() (int, error)) (int, error) {
 	if !f.hostNB {
-		ready, err := pollFd(f.fd, events, 0)
-		if err != nil {
+		if err := f.readyNow(events); err != nil {
 			return 0, err
-		}
-		if !ready {
-			return 0, unix.EAGAIN
 		}
 	}
 	for {
