@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -96,4 +101,45 @@ func nativeWithProc(t *testing.T, args ...string) result {
 	defer os.Remove(dir)
 	script := `mount -t proc proc "$1/proc" && exec chroot "$@"`
 	return runCmd(t, "", "unshare", append([]string{"--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", rootfs}, args...)...)
+}
+
+// A stopped process runs nothing, also when its threads were waiting for a vCPU as the stop came
+// (a preempted thread is resumed by whichever thread hands it a vCPU, not by its own carrier):
+// its stub's host CPU time stands still while it is stopped.
+func TestStoppedBusyThreadsRunNothing(t *testing.T) {
+	cmd := exec.Command(endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "sh", "-c",
+		`schedbench fair 3 30 & p=$!; sleep 0.5; kill -STOP $p; echo stopped; read x; kill -KILL $p; wait $p; echo status $?`)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	require.True(t, lines.Scan())
+	require.Equal(t, "stopped", lines.Text())
+	cpu := func() (ticks int) {
+		for _, dir := range stubsOf(cmd.Process.Pid) {
+			b, err := os.ReadFile(filepath.Join(dir, "stat"))
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+			u, _ := strconv.Atoi(f[11]) // utime and stime: fields 14 and 15 of stat
+			s, _ := strconv.Atoi(f[12])
+			ticks += u + s
+		}
+		return ticks
+	}
+	time.Sleep(200 * time.Millisecond)
+	before := cpu()
+	time.Sleep(time.Second)
+	ran := cpu() - before
+	_, err = stdin.Write([]byte("go\n"))
+	require.NoError(t, err)
+	require.True(t, lines.Scan())
+	require.Equal(t, "status 137", lines.Text())
+	require.NoError(t, cmd.Wait())
+	require.Less(t, ran, 5, "the stopped process's stubs ran %d ticks in a second", ran)
+	requireNoStubs(t)
 }

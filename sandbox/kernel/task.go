@@ -277,11 +277,15 @@ func (t *Task) preempted() {
 		return
 	}
 	stop := t.th.Stop()
+	// Its tenant code goes on without this goroutine: whoever must stop it (job control) kicks
+	// it as a task in tenant code, and the kick waits, pending, on its stub thread.
+	t.inTenant.Store(time.Now().UnixNano())
 	if t.kt.PreemptedByProxy(func() { t.th.Post() }) {
 		t.spare = false
 		t.proxyErr = t.th.WaitNext(stop)
 		t.proxied = true
 	}
+	t.inTenant.Store(0)
 }
 
 // giveUpVCPUs releases the task's vCPU and any spare it borrowed; its stub thread stops spinning,
