@@ -182,44 +182,9 @@ func (t *Thread) post(flags uint32, stubSpin uint64) bool {
 		return false
 	}
 	if atomic.LoadUint32(t.stubSleeping) != 0 {
-		futexWakeResumed(t.state)
+		futexWake(t.state)
 	}
 	return true
-}
-
-// Stop identifies one stop of a thread, for WaitNext.
-type Stop struct {
-	signo uint32
-	tsc   uint64
-}
-
-// Stop returns the thread's current stop. Every stop through a signal stamps the time; a stop at
-// a patched call site leaves the stamp but says signal 0.
-func (t *Thread) Stop() Stop {
-	return Stop{atomic.LoadUint32(t.stub.u32(t.base + slotSigno)), atomic.LoadUint64(t.stub.u64(t.base + slotTSC))}
-}
-
-// Post resumes the stopped thread without waiting for its next stop: for a hand-over by proxy,
-// where a carrier resumes another task's thread and that task's own carrier, in WaitNext, takes
-// the next stop. It reports false if the thread is not stopped at a trap.
-func (t *Thread) Post() bool { return t.post(0, 0) }
-
-// WaitNext waits for the thread's first stop after since, however long it takes (the thread is
-// resumed by a Post from elsewhere, maybe much later): as a blocking system call, so that the Go
-// runtime may use the P meanwhile. It returns ErrStubDead if the thread or its process ended.
-func (t *Thread) WaitNext(since Stop) error {
-	atomic.StoreUint32(t.sandboxSleeping, 1)
-	defer atomic.StoreUint32(t.sandboxSleeping, 0)
-	for {
-		s := atomic.LoadUint32(t.state)
-		if s == stateDead {
-			return ErrStubDead
-		}
-		if s == stateTrapped && t.Stop() != since {
-			return nil
-		}
-		futexWaitParked(t.state, s)
-	}
 }
 
 // rawWaitNanos bounds the first sleep of a carrier, which keeps its P: a garbage collection's

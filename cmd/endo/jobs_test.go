@@ -104,8 +104,8 @@ func nativeWithProc(t *testing.T, args ...string) result {
 }
 
 // A stopped process runs nothing, also when its threads were waiting for a vCPU as the stop came
-// (a preempted thread is resumed by whichever thread hands it a vCPU, not by its own carrier):
-// its stub's host CPU time stands still while it is stopped.
+// (were such a thread resumed by whoever hands it a vCPU rather than by its own carrier, the stop
+// would have to kick it too): its stub's host CPU time stands still while it is stopped.
 func TestStoppedBusyThreadsRunNothing(t *testing.T) {
 	cmd := exec.Command(endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "sh", "-c",
 		`schedbench fair 3 30 & p=$!; sleep 0.5; kill -STOP $p; echo stopped; read x; kill -KILL $p; wait $p; echo status $?`)

@@ -46,11 +46,7 @@ type Task struct {
 	waiting     atomic.Bool  // in blocking(): it runs nothing until woken (job control)
 
 	spin spinState
-	// proxied: the task gave way by proxy (yield) and its stub has run and stopped again;
-	// proxyErr is what waiting for that stop returned.
-	proxied  bool
-	proxyErr error
-	park     park.Parker // the carrier sleeps here in kernel waits that others end directly
+	park park.Parker // the carrier sleeps here in kernel waits that others end directly
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
@@ -138,30 +134,24 @@ func (t *Task) run() {
 			t.alone = true
 			break
 		}
-		var err error
-		if t.proxied {
-			// Resumed by the carrier that handed it a vCPU; this is the stop after (yield).
-			t.proxied, err = false, t.proxyErr
-		} else {
-			stubSpin, sandboxSpin := t.spins()
-			var flags crossing.ResumeFlags
-			if t.esc == nil && t.resumeFlags != 0 && t.fast {
-				// A new FS base or FPU state needs the full state (calls.go): the flags wait.
-				t.escalate(false)
-			} else if t.esc == nil {
-				flags, t.resumeFlags = t.resumeFlags, 0
-			}
-			c0 := crossing.Cycles()
-			t.inTenant.Store(time.Now().UnixNano())
-			err = t.th.Resume(flags, stubSpin, sandboxSpin)
-			t.inTenant.Store(0)
-			if err == nil && sandboxSpin > 0 {
-				t.adapt(crossing.Cycles() - c0)
-			}
+		stubSpin, sandboxSpin := t.spins()
+		var flags crossing.ResumeFlags
+		if t.esc == nil && t.resumeFlags != 0 && t.fast {
+			// A new FS base or FPU state needs the full state (calls.go): the flags wait.
+			t.escalate(false)
+		} else if t.esc == nil {
+			flags, t.resumeFlags = t.resumeFlags, 0
 		}
+		c0 := crossing.Cycles()
+		t.inTenant.Store(time.Now().UnixNano())
+		err := t.th.Resume(flags, stubSpin, sandboxSpin)
+		t.inTenant.Store(0)
 		if err != nil {
 			ended = t.stubEnded(err)
 			break
+		}
+		if sandboxSpin > 0 {
+			t.adapt(crossing.Cycles() - c0)
 		}
 		tr := t.th.Trap()
 		t.fast = tr.Kind == crossing.TrapCall
@@ -186,9 +176,9 @@ func (t *Task) run() {
 				t.fault(tr)
 			}
 		case tr.Kind == crossing.TrapPreempt:
-			t.preempted()
+			t.yield()
 		}
-		if !t.stop && !t.proxied {
+		if !t.stop {
 			t.deliverSignals()
 		}
 	}
@@ -254,38 +244,13 @@ func (t *Task) preempt() {
 	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
 }
 
-// yield gives the task's vCPU to a waiting task if the kernelet says it should (a kick, the time
-// slice, an affinity that no longer allows its vCPU), and waits for one again. Its stub thread
-// stops spinning before the vCPU goes (OnGiveWay), since a thread without a vCPU must not be
-// runnable.
+// yield serves a preemption trap (a kick or the time slice): the task gives its vCPU to a
+// waiting task if the kernelet says it should, and waits for one again. Its stub thread stops
+// spinning before the vCPU goes (OnGiveWay), since a thread without a vCPU must not be runnable.
 func (t *Task) yield() {
 	if t.kt.Preempted() {
 		t.spare = false
 	}
-}
-
-// preempted serves a preemption trap as yield does, but when nothing is due before the task's
-// next run (no signal, no new register state to load), it gives way by proxy: whoever hands it a
-// vCPU later resumes its stub thread, and its goroutine only waits for the stop after. A
-// hand-over then wakes two host threads (the old stub's carrier, the new task's stub) instead of
-// three, and every thread woken weighs the pod against its neighbours on the host: beside native
-// threads handing over the three-thread way a sibling cgroup got 0.48-0.64 of its share, the
-// two-thread way 0.87-0.94.
-func (t *Task) preempted() {
-	if t.esc != nil || t.resumeFlags != 0 || t.killed.Load() || t.signalPending() {
-		t.yield()
-		return
-	}
-	stop := t.th.Stop()
-	// Its tenant code goes on without this goroutine: whoever must stop it (job control) kicks
-	// it as a task in tenant code, and the kick waits, pending, on its stub thread.
-	t.inTenant.Store(time.Now().UnixNano())
-	if t.kt.PreemptedByProxy(func() { t.th.Post() }) {
-		t.spare = false
-		t.proxyErr = t.th.WaitNext(stop)
-		t.proxied = true
-	}
-	t.inTenant.Store(0)
 }
 
 // giveUpVCPUs releases the task's vCPU and any spare it borrowed; its stub thread stops spinning,

@@ -143,9 +143,6 @@ type Task struct {
 	queued    *VCPU // the run queue it waits in
 	grant     chan *VCPU
 	exited    bool
-	// resume, while the task waits by proxy (PreemptedByProxy), starts its next run in place of
-	// a wake-up of its goroutine; give calls it.
-	resume func()
 }
 
 // New makes a kernelet with n vCPUs.
@@ -451,11 +448,6 @@ func (k *Kernelet) give(v *VCPU, t *Task) {
 	t.vcpu = v
 	t.since, t.got = now, now
 	t.last = v.ID
-	if r := t.resume; r != nil {
-		t.resume = nil
-		r()
-		return
-	}
 	select {
 	case t.grant <- v:
 	default:
@@ -577,7 +569,6 @@ func (t *Task) Exit() {
 	k.mu.Lock()
 	kicks := t.releaseLocked()
 	k.dequeue(t)
-	t.resume = nil
 	if !t.exited {
 		t.exited = true
 		k.tasks--
@@ -598,7 +589,7 @@ func (t *Task) Yield() bool {
 			return w.rtprio >= t.rtprio
 		}
 		return true
-	}, true, nil)
+	}, true)
 }
 
 // Preempted is called when the task trapped on a kick or a time-slice signal: it gives way if
@@ -607,18 +598,7 @@ func (t *Task) Yield() bool {
 func (t *Task) Preempted() bool {
 	return t.giveWay(func(w *Task, now int64) bool {
 		return t.k.shouldYieldTo(t, w, now, wakeupGranularity)
-	}, false, nil)
-}
-
-// PreemptedByProxy is Preempted for a task whose next run needs nothing of its goroutine first.
-// If it gives way it does not wait for a vCPU: whoever gives it one later calls resume (with the
-// kernelet's lock held: resume must only post the task's stub thread), and the task's goroutine
-// waits for what that run brings. A hand-over then wakes one host thread fewer, and Linux weighs
-// every woken thread against the pod's neighbours. It reports whether the task gave way.
-func (t *Task) PreemptedByProxy(resume func()) bool {
-	return t.giveWay(func(w *Task, now int64) bool {
-		return t.k.shouldYieldTo(t, w, now, wakeupGranularity)
-	}, false, resume)
+	}, false)
 }
 
 // shouldYieldTo reports whether holder h should give its vCPU to waiting task w: w is of a
@@ -644,7 +624,7 @@ func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
 
 // giveWay hands the task's vCPU to the best waiting task that may run on it if yieldTo says so,
 // queues the task, and waits for a vCPU again (k.mu taken here).
-func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool, resume func()) bool {
+func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool) bool {
 	k := t.k
 	k.mu.Lock()
 	v := t.vcpu
@@ -674,7 +654,6 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool,
 		t.vr = max(t.vr, k.maxQueuedVr(t.policy.class())+1)
 	}
 	v.holder = nil
-	t.resume = resume
 	if mustMove {
 		kicks = append(kicks, k.release(v)...)
 		kicks = append(kicks, k.place(t)...)
@@ -692,9 +671,7 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool,
 	if got == nil && k.onWait != nil {
 		k.onWait()
 	}
-	if resume == nil {
-		<-t.grant // posted by give, now or when a vCPU comes free
-	}
+	<-t.grant // posted by give, now or when a vCPU comes free
 	return true
 }
 

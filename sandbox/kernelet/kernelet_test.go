@@ -487,34 +487,3 @@ func TestGiveWayWithSpare(t *testing.T) {
 	c.Exit()
 	require.Equal(t, 3, k.Idle())
 }
-
-// A task that gives way by proxy does not wait: the task that later frees its vCPU calls its
-// resume function instead (once), and the task then holds that vCPU. An exit drops the proxy.
-func TestPreemptedByProxy(t *testing.T) {
-	k := newK(t, 1)
-	h := k.NewTask("holder")
-	h.Acquire()
-	rt := k.NewTask("rt")
-	rt.SetPolicy(FIFO, 1, false)
-	got := acquireAsync(t, k, rt)
-	var resumed atomic.Int32
-	require.True(t, h.PreemptedByProxy(func() { resumed.Add(1) }), "it gives way to the FIFO task")
-	require.NotNil(t, <-got)
-	require.Equal(t, int32(0), resumed.Load(), "the FIFO task holds the vCPU: nothing resumed yet")
-
-	rt.Release() // the vCPU goes back to the holder, by proxy
-	require.Equal(t, int32(1), resumed.Load())
-	k.mu.Lock()
-	require.Equal(t, h, k.vcpus[0].holder)
-	require.Nil(t, h.resume)
-	k.mu.Unlock()
-
-	// Giving way by proxy, then ending before a vCPU comes: nobody resumes the task.
-	got = acquireAsync(t, k, rt)
-	require.True(t, h.PreemptedByProxy(func() { resumed.Add(1) }))
-	require.NotNil(t, <-got)
-	h.Exit()
-	rt.Exit()
-	require.Equal(t, int32(1), resumed.Load())
-	require.Equal(t, Stats{VCPUs: 1}, k.Stats())
-}
