@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -103,14 +101,7 @@ func TestMaxRSS(t *testing.T) {
 // only small remains of its last process mapped).
 func TestExitedChildsMemoryGoesBack(t *testing.T) {
 	path := fmt.Sprintf("/endo-test-memory-%d", os.Getpid())
-	cmd := exec.Command(endoBin, "run", "--cgroup", path, "--rootfs", rootfs, "--", "/bin/bigchild")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(stdout)
+	run := startPaced(t, endoBin, "run", "--cgroup", path, "--rootfs", rootfs, "--", "/bin/bigchild")
 	usage := func() int64 {
 		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", path, "memory.usage_in_bytes"))
 		if os.IsNotExist(err) {
@@ -121,16 +112,14 @@ func TestExitedChildsMemoryGoesBack(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	require.True(t, lines.Scan())
-	require.Equal(t, "ready", lines.Text())
+	run.expect(t, "ready")
 	before := usage()
-	_, err = stdin.Write([]byte{1})
+	_, err := run.stdin.Write([]byte{1})
 	require.NoError(t, err)
-	require.True(t, lines.Scan())
-	require.Equal(t, "child done: 0", lines.Text())
+	run.expect(t, "child done: 0")
 	after := usage()
-	require.NoError(t, stdin.Close())
-	require.NoError(t, cmd.Wait())
+	require.NoError(t, run.stdin.Close())
+	require.NoError(t, run.cmd.Wait())
 	require.Less(t, after-before, int64(16<<20), "the pod is charged %d MiB more after its child exited", (after-before)>>20)
 	require.False(t, cgroupExists(path))
 	requireNoStubs(t)

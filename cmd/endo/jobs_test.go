@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -107,19 +105,11 @@ func nativeWithProc(t *testing.T, args ...string) result {
 // (were such a thread resumed by whoever hands it a vCPU rather than by its own carrier, the stop
 // would have to kick it too): its stub's host CPU time stands still while it is stopped.
 func TestStoppedBusyThreadsRunNothing(t *testing.T) {
-	cmd := exec.Command(endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "sh", "-c",
+	run := startPaced(t, endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "sh", "-c",
 		`schedbench fair 3 30 & p=$!; sleep 0.5; kill -STOP $p; echo stopped; read x; kill -KILL $p; wait $p; echo status $?`)
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	defer cmd.Process.Kill()
-	lines := bufio.NewScanner(stdout)
-	require.True(t, lines.Scan())
-	require.Equal(t, "stopped", lines.Text())
+	run.expect(t, "stopped")
 	cpu := func() (ticks int) {
-		for _, dir := range stubsOf(cmd.Process.Pid) {
+		for _, dir := range stubsOf(run.cmd.Process.Pid) {
 			b, err := os.ReadFile(filepath.Join(dir, "stat"))
 			if err != nil {
 				continue
@@ -135,11 +125,10 @@ func TestStoppedBusyThreadsRunNothing(t *testing.T) {
 	before := cpu()
 	time.Sleep(time.Second)
 	ran := cpu() - before
-	_, err = stdin.Write([]byte("go\n"))
+	_, err := run.stdin.Write([]byte("go\n"))
 	require.NoError(t, err)
-	require.True(t, lines.Scan())
-	require.Equal(t, "status 137", lines.Text())
-	require.NoError(t, cmd.Wait())
+	run.expect(t, "status 137")
+	require.NoError(t, run.cmd.Wait())
 	require.Less(t, ran, 5, "the stopped process's stubs ran %d ticks in a second", ran)
 	requireNoStubs(t)
 }

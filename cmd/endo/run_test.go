@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +101,33 @@ func makeRootfs(root string) error {
 type result struct {
 	stdout, stderr string
 	code           int
+}
+
+// paced is a command run at a test's pace: the test reads its output line by line and writes
+// to its stdin when it is ready for the next step. It is killed when the test ends.
+type paced struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+}
+
+func startPaced(t *testing.T, name string, args ...string) *paced {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return &paced{cmd, stdin, bufio.NewScanner(stdout)}
+}
+
+// expect reads the next line of output and requires it to be want.
+func (p *paced) expect(t *testing.T, want string) {
+	t.Helper()
+	require.True(t, p.lines.Scan(), "output ended before %q", want)
+	require.Equal(t, want, p.lines.Text())
 }
 
 func runCmd(t *testing.T, stdin string, name string, args ...string) result {
