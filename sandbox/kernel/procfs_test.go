@@ -120,11 +120,15 @@ func TestProcShowsTheContainersOwnProcesses(t *testing.T) {
 	require.Regexp(t, `^0\.00 0\.00 0\.00 \d+/\d+ \d+\n$`, procRead(t, fs, "/proc/loadavg"))
 	require.Contains(t, procRead(t, fs, "/proc/mounts"), "rootfs / rootfs rw 0 0\n")
 
-	// A process that is gone is gone from /proc too (a2 keeps the container open).
-	a.Signal(unix.SIGKILL)
-	a.Wait()
-	_, err = fs.Open("/", "/proc/"+pid+"/stat", unix.O_RDONLY, 0)
+	// A process that is gone is gone from /proc too. a2 is the one to go: a is the container's
+	// init, whose death takes the whole container down (and closes its file system).
+	fs2 := k.procView(a2.c, a2.pid)
+	pid2 := strconv.Itoa(a2.pid)
+	a2.Signal(unix.SIGKILL)
+	a2.Wait()
+	_, err = fs.Open("/", "/proc/"+pid2+"/stat", unix.O_RDONLY, 0)
 	require.ErrorIs(t, err, unix.ENOENT)
-	_, err = fs.Stat("/", "/proc/self", true)
+	require.NotContains(t, procList(t, fs, "/proc"), pid2)
+	_, err = fs2.Stat("/", "/proc/self", true)
 	require.ErrorIs(t, err, unix.ENOENT)
 }
