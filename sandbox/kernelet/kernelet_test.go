@@ -443,9 +443,14 @@ func TestResizeUnderLoad(t *testing.T) {
 			limit.Store(int32(n))
 			require.NoError(t, k.Resize(n))
 		} else {
-			// Shrinking: the old, larger count holds until the retiring vCPUs are released.
+			// Shrinking: the old, larger count holds until the retiring vCPUs are released
+			// (Held <= n is not enough: a retiring vCPU may be held while a live one is free).
 			require.NoError(t, k.Resize(n))
-			waitFor(t, func() bool { return k.Stats().Held <= n })
+			waitFor(t, func() bool {
+				k.mu.Lock()
+				defer k.mu.Unlock()
+				return len(k.vcpus) <= n
+			})
 			limit.Store(int32(n))
 		}
 		time.Sleep(20 * time.Millisecond)
