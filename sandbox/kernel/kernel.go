@@ -348,6 +348,11 @@ func (k *Kernel) exited(p *Process) {
 	if parent != nil {
 		p.childExited(parent)
 	}
+	for _, ch := range moved {
+		if sig := unix.Signal(ch.pdeathsig.Load()); sig != 0 && !ch.exited() {
+			ch.post(sig, nil) // prctl PR_SET_PDEATHSIG
+		}
+	}
 	for _, q := range append(orphans, others...) {
 		if !q.zombie {
 			q.Signal(unix.SIGKILL)

@@ -28,7 +28,8 @@ const (
 
 // image is an executable checked and ready to be mapped.
 type image struct {
-	path   string
+	path   string // as execve was given it: AT_EXECFN, and the new comm
+	name   string // the file as opened, for the mappings (and so /proc/<pid>/exe)
 	file   *vfs.File
 	elf    *elf.File
 	phoff  uint64 // file offset of the program headers (debug/elf does not keep it)
@@ -135,7 +136,10 @@ func openImage(fs *vfs.FS, cwd, p string, argv []string) (*image, error) {
 
 // openELF checks an open ELF file (and opens its interpreter); it takes over f's reference.
 func openELF(fs *vfs.FS, cwd string, f *vfs.File, p string, depth int) (*image, error) {
-	img := &image{path: p, file: f}
+	img := &image{path: p, name: f.Path(), file: f}
+	if img.name == "" {
+		img.name = p
+	}
 	fail := func(err error) (*image, error) {
 		img.close()
 		return nil, err
@@ -247,7 +251,7 @@ func (p *Process) mapImage(img *image, hint uint64) (loaded, error) {
 	var base uint64
 	if ef.Type == elf.ET_DYN {
 		// Reserve the whole extent first, so that the segments keep their distances.
-		at, err := p.k.svc.Map(p.as, hint, hi-lo, memgrant.ProtNone, 0, img.path, nil)
+		at, err := p.k.svc.Map(p.as, hint, hi-lo, memgrant.ProtNone, 0, img.name, nil)
 		if err != nil {
 			return loaded{}, fmt.Errorf("%s: reserve %#x bytes: %w", img.path, hi-lo, err)
 		}
@@ -279,9 +283,9 @@ func (p *Process) mapImage(img *image, hint uint64) (loaded, error) {
 		}
 		var err error
 		if key, ok := keyOf(f, fileStart, fileLen); ok && fileLen > 0 {
-			_, err = p.k.pages.mapSegment(p.k, p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.path, key, fill)
+			_, err = p.k.pages.mapSegment(p.k, p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.name, key, fill)
 		} else {
-			_, err = p.k.svc.Map(p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.path, fill)
+			_, err = p.k.svc.Map(p.as, start, end-start, elfProt(ph.Flags), memgrant.MapFixed, img.name, fill)
 		}
 		if err != nil {
 			return loaded{}, fmt.Errorf("%s: map segment at %#x: %w", img.path, start, err)

@@ -18,9 +18,13 @@ import (
 type Process struct {
 	k   *Kernel
 	pid int
-	c   *container
-	fs  *vfs.FS // c.fs
-	fds *vfs.FDTable
+
+	pdeathsig  atomic.Int32 // prctl PR_SET_PDEATHSIG: the signal it gets when its parent dies
+	undumpable atomic.Bool  // prctl PR_SET_DUMPABLE 0 (dumpable again after execve)
+	noNewPrivs atomic.Bool  // prctl PR_SET_NO_NEW_PRIVS (kept across fork and execve)
+	c          *container
+	fs         *vfs.FS // c.fs
+	fds        *vfs.FDTable
 
 	// The process tree, guarded by k.mu.
 	parent   *Process
@@ -92,7 +96,7 @@ func (p *Process) start(img *image, spec ProcessSpec) error {
 	p.startUsage()
 	p.watchStub()
 	p.as = p.k.grant.NewAddressSpace(stub, layoutFor(stub))
-	t := &Task{p: p, tid: p.pid, th: th, interrupt: make(chan struct{}, 1)}
+	t := &Task{p: p, tid: p.pid, th: th, comm: commOf(img.path), interrupt: make(chan struct{}, 1)}
 	p.tasks, p.live = []*Task{t}, 1
 	p.k.timeCrossing(th)
 

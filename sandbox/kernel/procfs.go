@@ -293,7 +293,11 @@ func (pf procFS) pidNode(p *Process, rest string, asker int) (vfs.SynthNode, err
 		if exe == "" {
 			return vfs.SynthNode{}, unix.ENOENT
 		}
-		return vfs.SynthNode{Mode: unix.S_IFLNK | 0o777, Target: exe, Magic: true}, nil
+		// Opened (execve of /proc/self/exe), it is the program by its path: the file exec
+		// opened is not kept.
+		fs := pf.c.fs
+		reopen := func(flags int) (*vfs.File, error) { return fs.Open("/", exe, flags, 0) }
+		return vfs.SynthNode{Mode: unix.S_IFLNK | 0o777, Target: exe, Magic: true, Reopen: reopen}, nil
 	case "cwd":
 		if !lockProc(p) {
 			return vfs.SynthNode{}, unix.ENOENT
@@ -329,7 +333,19 @@ func (pf procFS) fdNode(p *Process, sub string, more bool) (vfs.SynthNode, error
 		return vfs.SynthNode{}, unix.ENOENT
 	}
 	defer f.DecRef()
-	return vfs.SynthNode{Mode: unix.S_IFLNK | 0o777, Target: fdTarget(f), Magic: true}, nil
+	fs := pf.c.fs
+	reopen := func(flags int) (*vfs.File, error) {
+		f, err := p.fds.Get(n)
+		if err != nil {
+			return nil, unix.ENOENT
+		}
+		defer f.DecRef()
+		if path := f.Path(); f.HostFd() < 0 && strings.HasPrefix(path, "/dev/") {
+			return fs.Open("/", path, flags, 0) // a device of the sandbox's /dev: by its name
+		}
+		return f.Reopen(flags)
+	}
+	return vfs.SynthNode{Mode: unix.S_IFLNK | 0o777, Target: fdTarget(f), Magic: true, Reopen: reopen}, nil
 }
 
 // fdTarget is what readlink of /proc/<pid>/fd/N shows.
@@ -379,7 +395,12 @@ func (pf procFS) taskNode(p *Process, sub string, asker int) (vfs.SynthNode, err
 	switch rest {
 	case "":
 		return procDir([]string{"cmdline", "comm", "environ", "stat", "status"}), nil
-	case "cmdline", "comm", "environ", "stat", "status":
+	case "comm": // the thread's own name
+		if t := p.task(tid); t != nil {
+			return procFile([]byte(t.name() + "\n")), nil
+		}
+		return vfs.SynthNode{}, unix.ENOENT
+	case "cmdline", "environ", "stat", "status":
 		return pf.pidNode(p, rest, asker)
 	}
 	return vfs.SynthNode{}, unix.ENOENT
@@ -425,6 +446,7 @@ func (p *Process) procSnapshot() procSnap {
 			}
 		}
 		s.brk, s.umask = p.brkStart, p.umask
+		s.comm = p.commLocked()
 		p.mu.Unlock()
 	}
 	if p.isStopped() {
@@ -436,7 +458,6 @@ func (p *Process) procSnapshot() procSnap {
 		for _, v := range vmas {
 			s.vsize += v.End - v.Start
 		}
-		s.comm = commOf(exeOf(vmas))
 		s.rss = uint64(p.as.ResidentBytes())
 	}
 	return s
@@ -519,7 +540,33 @@ func exeOf(vmas []memgrant.VMA) string {
 }
 
 // comm is the process's name: the last component of the program's path, at most 15 bytes.
-func (p *Process) comm() string { return commOf(p.exePath()) }
+// comm is the process's name: its main thread's (the first left, once that one has ended).
+func (p *Process) comm() string {
+	if !lockProc(p) {
+		return ""
+	}
+	defer p.mu.Unlock()
+	return p.commLocked()
+}
+
+func (p *Process) commLocked() string {
+	for _, t := range p.tasks {
+		if t.tid == p.pid {
+			return t.comm
+		}
+	}
+	if len(p.tasks) > 0 {
+		return p.tasks[0].comm
+	}
+	return ""
+}
+
+// name is the thread's name.
+func (t *Task) name() string {
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	return t.comm
+}
 
 func commOf(exe string) string {
 	c := path.Base(exe)

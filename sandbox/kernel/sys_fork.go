@@ -81,6 +81,8 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	k.holdContainer(p.c)
 	p.mu.Lock()
 	child := newProcess(k, pid, p.c, p.cwd)
+	child.noNewPrivs.Store(p.noNewPrivs.Load())
+	child.undumpable.Store(p.undumpable.Load())
 	child.umask, child.brkStart, child.brk = p.umask, p.brkStart, p.brk
 	child.sigacts = p.sigacts
 	for r, l := range p.rlimits {
@@ -93,7 +95,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	child.fds = p.fds.Fork()
 	child.fds.SetLimit(p.fds.Limit())
 
-	ct := &Task{p: child, tid: pid, th: th, fsBase: t.fsBase, interrupt: make(chan struct{}, 1)}
+	ct := &Task{p: child, tid: pid, th: th, fsBase: t.fsBase, comm: t.name(), interrupt: make(chan struct{}, 1)}
 	ct.altstack = t.altstack
 	ct.setMask(t.mask()) // a child starts with its parent's signal mask and scheduling
 	if t.kt != nil {
@@ -245,6 +247,10 @@ func (t *Task) execve(dirfd, pathAddr, argvAddr, envAddr uint64) (uint64, error)
 	p.mu.Unlock()
 	t.fsBase = 0
 	regs.Fs_base = 0
+	p.mu.Lock()
+	t.comm = commOf(path) // the name execve was given, as Linux takes it (not the file's)
+	p.mu.Unlock()
+	p.undumpable.Store(false)
 	*t.th.Regs = regs
 	t.resumeFlags = crossing.ResumeSetFS | crossing.ResumeResetFPU
 	p.updateSingle()

@@ -3,6 +3,8 @@ package kernel
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"time"
 	"unsafe"
 
@@ -361,4 +363,91 @@ func sysGetrusage(t *Task, a sysargs) (uint64, error) {
 		return 0, unix.EINVAL
 	}
 	return 0, t.p.k.svc.CopyOut(t.p.as, a[1], ru[:])
+}
+
+// prctl(2) options served here; everything else is EINVAL (as Linux answers an option it does
+// not know) and counted in the sandbox's report.
+const (
+	prSetPdeathsig     = 1
+	prGetPdeathsig     = 2
+	prGetDumpable      = 3
+	prSetDumpable      = 4
+	prSetName          = 15
+	prGetName          = 16
+	prSetTimerslack    = 29
+	prGetTimerslack    = 30
+	prSetNoNewPrivs    = 38
+	prGetNoNewPrivs    = 39
+	taskCommLen        = 16
+	defaultTimerslack  = 50_000 // ns, Linux's default for a normal task
+	maxSignalForPrctls = 64
+)
+
+func sysPrctl(t *Task, a sysargs) (uint64, error) {
+	p := t.p
+	switch a[0] {
+	case prSetName:
+		// The thread's name: the string's first 15 bytes (a longer one is cut, not refused).
+		name, err := p.k.svc.ReadString(p.as, a[1], taskCommLen)
+		if errors.Is(err, unix.ENAMETOOLONG) {
+			var b [taskCommLen - 1]byte
+			err = p.k.svc.CopyIn(p.as, b[:], a[1])
+			name = string(b[:])
+		}
+		if err != nil {
+			return 0, err
+		}
+		if len(name) > taskCommLen-1 {
+			name = name[:taskCommLen-1]
+		}
+		p.mu.Lock()
+		t.comm = name
+		p.mu.Unlock()
+		return 0, nil
+	case prGetName:
+		var b [taskCommLen]byte
+		copy(b[:taskCommLen-1], t.name())
+		return 0, p.k.svc.CopyOut(p.as, a[1], b[:])
+	case prSetPdeathsig:
+		if a[1] > maxSignalForPrctls {
+			return 0, unix.EINVAL
+		}
+		p.pdeathsig.Store(int32(a[1]))
+		return 0, nil
+	case prGetPdeathsig:
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], uint32(p.pdeathsig.Load()))
+		return 0, p.k.svc.CopyOut(p.as, a[1], b[:])
+	case prSetDumpable:
+		if a[1] > 1 {
+			return 0, unix.EINVAL
+		}
+		p.undumpable.Store(a[1] == 0)
+		return 0, nil
+	case prGetDumpable:
+		if p.undumpable.Load() {
+			return 0, nil
+		}
+		return 1, nil
+	case prSetNoNewPrivs:
+		// The sandbox never grants privileges at execve (no set-user-ID programs), so the
+		// promise holds as it is; it cannot be taken back.
+		if a[1] != 1 || a[2]|a[3]|a[4] != 0 {
+			return 0, unix.EINVAL
+		}
+		p.noNewPrivs.Store(true)
+		return 0, nil
+	case prGetNoNewPrivs:
+		if a[1]|a[2]|a[3]|a[4] != 0 {
+			return 0, unix.EINVAL
+		}
+		if p.noNewPrivs.Load() {
+			return 1, nil
+		}
+		return 0, nil
+	case prGetTimerslack:
+		return defaultTimerslack, nil
+	}
+	p.k.countUnimplemented(unix.SYS_PRCTL)
+	return 0, fmt.Errorf("prctl option %d: %w", a[0], unix.EINVAL)
 }

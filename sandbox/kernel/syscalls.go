@@ -52,7 +52,7 @@ func init() {
 		unix.SYS_RT_SIGRETURN: sysRtSigreturn, unix.SYS_SIGALTSTACK: sysSigaltstack,
 		unix.SYS_RT_SIGPENDING: sysRtSigpending, unix.SYS_PAUSE: sysPause,
 		unix.SYS_RT_SIGSUSPEND: sysRtSigsuspend, unix.SYS_FUTEX: sysFutex,
-		unix.SYS_ARCH_PRCTL: sysArchPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
+		unix.SYS_ARCH_PRCTL: sysArchPrctl, unix.SYS_PRCTL: sysPrctl, unix.SYS_SET_TID_ADDRESS: sysSetTidAddress,
 		unix.SYS_SET_ROBUST_LIST: sysZero, unix.SYS_UNAME: sysUname,
 		unix.SYS_RT_SIGACTION: sysRtSigaction, unix.SYS_RT_SIGPROCMASK: sysRtSigprocmask,
 		unix.SYS_GETRANDOM: sysGetrandom, unix.SYS_PRLIMIT64: sysPrlimit,

@@ -29,6 +29,7 @@ type Task struct {
 	esc         *escalation // the task is on its way through crossing.EscalateAddr (calls.go)
 	viaSite     int64       // calls served from patched sites
 	fsBase      uint64
+	comm        string // the thread's name (prctl PR_SET_NAME, /proc/<pid>/task/<tid>/comm), under p.mu
 	clearTID    uint64
 	sigmask     atomic.Uint64 // written only by the task itself
 	savedMask   *uint64       // the mask to restore after a handler that interrupted sigsuspend

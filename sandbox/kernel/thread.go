@@ -44,7 +44,7 @@ func (t *Task) newThread(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 		k.cfg.Log("pid %d: new thread: %v", p.pid, err)
 		return 0, unix.EAGAIN
 	}
-	nt := &Task{p: p, tid: tid, th: th, fsBase: t.fsBase, interrupt: make(chan struct{}, 1)}
+	nt := &Task{p: p, tid: tid, th: th, fsBase: t.fsBase, comm: t.name(), interrupt: make(chan struct{}, 1)}
 	nt.setMask(t.mask())
 	if t.kt != nil {
 		nt.kt = t.kt.Fork(nt) // policy, nice and affinity, as Linux's threads inherit them

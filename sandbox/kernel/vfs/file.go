@@ -659,3 +659,35 @@ func statxFromStat(st unix.Stat_t) unix.Statx_t {
 		Dev_minor:  unix.Minor(st.Dev),
 	}
 }
+
+// Reopen opens the file f is an open description of anew, with the tenant's open flags: what
+// open(2) through /proc/<pid>/fd/N gives on Linux, a new description of the same file with its
+// own offset and flags (of a pipe: a new end of the same pipe). Only files the host holds can be
+// reopened so; the sandbox's own objects (epoll sets, eventfds, /proc entries) give ENXIO, as a
+// socket does on Linux.
+func (f *File) Reopen(flags int) (*File, error) {
+	if f.fd < 0 || f.anon != nil || f.syn != nil || f.dev != nil {
+		return nil, unix.ENXIO
+	}
+	flags = cleanOpenFlags(flags)
+	typ := f.fileType()
+	if flags&unix.O_DIRECTORY != 0 && typ != unix.S_IFDIR {
+		return nil, unix.ENOTDIR
+	}
+	isPath := flags&unix.O_PATH != 0
+	if !isPath && f.mount != nil && f.mount.ro && typ == unix.S_IFREG &&
+		(flags&unix.O_ACCMODE != unix.O_RDONLY || flags&unix.O_TRUNC != 0) {
+		return nil, unix.EROFS
+	}
+	tenantFlags := flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_NOCTTY|unix.O_TRUNC) | unix.O_LARGEFILE
+	hostFlags := flags&^(unix.O_CREAT|unix.O_EXCL) | unix.O_NOCTTY | unix.O_NONBLOCK | unix.O_CLOEXEC
+	if isPath {
+		hostFlags = flags | unix.O_CLOEXEC
+	}
+	// The host's own magic link of the sandbox's descriptor reaches the same file (or pipe).
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", f.fd), hostFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	return newHostFile(fd, f.mount, f.path, tenantFlags, !isPath, typ), nil
+}

@@ -125,3 +125,39 @@ func TestMounts(t *testing.T) {
 	defer dev.DecRef()
 	require.Contains(t, names(listDir(t, dev, 4096)), "shm")
 }
+
+// A file reopened (open through /proc/<pid>/fd/N) is a new description of the same file, and
+// keeps its mount's rules: no writing to a read-only mount that way either.
+func TestReopenKeepsTheMountsRules(t *testing.T) {
+	tr := newTree(t)
+	ro := filepath.Join(tr.base, "ro")
+	require.NoError(t, os.MkdirAll(ro, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(ro, "f"), []byte("ro file"), 0o644))
+	fs := newFS(t, tr.rootfs, Mount{Dest: "/ro", Source: ro, ReadOnly: true})
+
+	f, err := fs.Open("/", "/ro/f", unix.O_RDONLY, 0)
+	require.NoError(t, err)
+	defer f.DecRef()
+	buf := make([]byte, 3)
+	_, err = f.Read(buf)
+	require.NoError(t, err)
+	g, err := f.Reopen(unix.O_RDONLY)
+	require.NoError(t, err)
+	defer g.DecRef()
+	n, err := g.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "ro ", string(buf[:n]), "its own offset, from the start")
+	require.Equal(t, "/ro/f", g.Path())
+	_, err = f.Reopen(unix.O_WRONLY)
+	require.ErrorIs(t, err, unix.EROFS)
+	_, err = f.Reopen(unix.O_RDONLY | unix.O_DIRECTORY)
+	require.ErrorIs(t, err, unix.ENOTDIR)
+
+	// The sandbox's own objects have no file of the tenant's to reopen.
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	require.NoError(t, err)
+	ev := AnonFile(efd, "anon_inode:[eventfd]", unix.O_RDWR, false, nil)
+	defer ev.DecRef()
+	_, err = ev.Reopen(unix.O_RDONLY)
+	require.ErrorIs(t, err, unix.ENXIO)
+}

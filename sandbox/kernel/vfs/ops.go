@@ -57,7 +57,13 @@ func (fs *FS) open(cwd, p string, flags int, mode uint32, mayWait bool) (*File, 
 	flags = cleanOpenFlags(flags)
 	// What F_GETFL shows: the kernel drops the open-time-only flags; x86-64 forces O_LARGEFILE.
 	tenantFlags := flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_NOCTTY|unix.O_TRUNC) | unix.O_LARGEFILE
-	res, r, err := fs.synthAt(r, flags&unix.O_NOFOLLOW == 0)
+	res, r, err := fs.synthAtMagic(r, flags&unix.O_NOFOLLOW == 0)
+	if ml, ok := err.(*magicLink); ok {
+		if flags&(unix.O_CREAT|unix.O_EXCL) == unix.O_CREAT|unix.O_EXCL {
+			return nil, unix.EEXIST
+		}
+		return ml.node.Reopen(flags)
+	}
 	if err == unix.ENOENT && flags&unix.O_CREAT != 0 {
 		return nil, unix.EACCES // nothing can be created in /proc
 	}
@@ -214,7 +220,15 @@ func (fs *FS) Stat(cwd, p string, follow bool) (unix.Stat_t, error) {
 	if err != nil {
 		return unix.Stat_t{}, err
 	}
-	res, r, err := fs.synthAt(r, follow)
+	res, r, err := fs.synthAtMagic(r, follow)
+	if ml, ok := err.(*magicLink); ok {
+		f, err := ml.node.Reopen(unix.O_PATH)
+		if err != nil {
+			return unix.Stat_t{}, err
+		}
+		defer f.DecRef()
+		return f.Stat()
+	}
 	if err != nil {
 		return unix.Stat_t{}, err
 	}

@@ -29,10 +29,20 @@ type SynthNode struct {
 	Entries []string // directories: the names in it, without "." and ".."
 	Ino     uint64   // 0: derived from the path
 	// Magic marks a symlink that stands for an open file rather than a path (exe, fd/N): readlink
-	// shows Target, but a path walk does not follow it (ENOENT), because the path may name
-	// another file by now, or none.
+	// shows Target, but a path walk does not follow it by that path, which may name another file
+	// by now, or none. Opening it (open, stat, execve) reaches the file itself through Reopen;
+	// walking through it to a name below is ENOENT.
 	Magic bool
+	// Reopen opens the file a magic link stands for anew, with open(2)'s flags: a new open file
+	// description of that very file, as Linux gives. nil: the link can only be read.
+	Reopen func(flags int) (*File, error)
 }
+
+// magicLink is what a walk that ends on a magic link to follow returns instead of a resolution:
+// open and stat serve the file itself (SynthNode.Reopen); every other call sees ENOENT.
+type magicLink struct{ node SynthNode }
+
+func (*magicLink) Error() string { return "magic link" }
 
 // View returns a view of the same file system for one process: /proc is served by proc, and
 // Lookup gets asker as the asking pid. The views share the mounts: closing any one closes them
@@ -40,8 +50,7 @@ type SynthNode struct {
 //
 // Symlinks below /proc are followed by the view: a relative target through proc again (self ->
 // "12", then "12/stat"), an absolute target (a cwd) through the whole container view. Magic links
-// (exe, fd/N) are readlink-only: opening or stat'ing through them gives ENOENT, where Linux would
-// reach the very open file.
+// (exe, fd/N) reach the file they stand for when opened or stat'ed (SynthNode.Reopen).
 func (fs *FS) View(proc Synthetic, asker int) *FS {
 	return &FS{fsCore: fs.fsCore, proc: proc, asker: asker}
 }
@@ -96,6 +105,9 @@ func (fs *FS) synthWalk(r resolved, follow bool) (res *synthRes, out *resolved, 
 		typ := n.Mode & unix.S_IFMT
 		if typ == unix.S_IFLNK && (!last || follow || r.slash) {
 			if n.Magic {
+				if last && !r.slash && n.Reopen != nil {
+					return nil, nil, &magicLink{node: n}
+				}
 				return nil, nil, unix.ENOENT
 			}
 			if hops++; hops > maxSymlinks {
@@ -180,6 +192,16 @@ func synthStat(n *SynthNode, canon string) unix.Stat_t {
 // synthAt resolves r when it lies in /proc: res is the entry served here, or, when an absolute
 // symlink led out of /proc, res is nil and the returned resolved is to be served as usual.
 func (fs *FS) synthAt(r resolved, follow bool) (*synthRes, resolved, error) {
+	res, r, err := fs.synthAtMagic(r, follow)
+	if _, ok := err.(*magicLink); ok {
+		return nil, r, unix.ENOENT
+	}
+	return res, r, err
+}
+
+// synthAtMagic is synthAt for the calls that serve a magic link's file: a walk that ends on one
+// returns a *magicLink error.
+func (fs *FS) synthAtMagic(r resolved, follow bool) (*synthRes, resolved, error) {
 	if r.m.kind != mountSynth {
 		return nil, r, nil
 	}
