@@ -225,7 +225,15 @@ func (pf procFS) stat() []byte {
 // mounts is /proc/mounts (and /proc/<pid>/mounts): the container's view.
 func (pf procFS) mounts() []byte {
 	var b bytes.Buffer
-	b.WriteString("rootfs / rootfs rw 0 0\n")
+	// The root as a real mount of its file system's type (tools such as df skip a "rootfs"
+	// line: that is the initramfs, under the real root).
+	src, typ := "overlay", "overlay"
+	if st, err := pf.c.fs.Statfs("/", "/"); err == nil {
+		if name, ok := fsTypeNames[st.Type]; ok && name != "overlay" {
+			src, typ = "none", name
+		}
+	}
+	fmt.Fprintf(&b, "%s / %s rw 0 0\n", src, typ)
 	b.WriteString("proc /proc proc rw,nosuid,nodev,noexec 0 0\n")
 	b.WriteString("devtmpfs /dev devtmpfs rw,nosuid 0 0\n")
 	for _, m := range pf.c.fs.Mounts() {
@@ -237,6 +245,12 @@ func (pf procFS) mounts() []byte {
 		fmt.Fprintf(&b, "none %s bind %s 0 0\n", procEscape(m.Dest), opt)
 	}
 	return b.Bytes()
+}
+
+// fsTypeNames names the file systems a container's root is commonly on, by statfs's f_type.
+var fsTypeNames = map[int64]string{
+	0x794c7630: "overlay", 0xef53: "ext4", 0x58465342: "xfs", 0x9123683e: "btrfs",
+	0x01021994: "tmpfs", 0x2fc12fc1: "zfs", 0x01161970: "9p",
 }
 
 // procEscape escapes the characters that would break a mounts line, as Linux does (octal).

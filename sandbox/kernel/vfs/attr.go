@@ -190,3 +190,35 @@ func (f *File) Fallocate(mode uint32, off, length int64) error {
 	}
 	return ignoreEINTR(func() error { return unix.Fallocate(f.fd, mode, off, length) })
 }
+
+// Sync is sync(2) for the container: syncfs(2) of each of its mounts' host file systems (not
+// the whole host's).
+func (fs *FS) Sync() {
+	if !fs.enter() {
+		return
+	}
+	defer fs.exit()
+	for _, m := range fs.mounts {
+		if m.kind != mountHost {
+			continue
+		}
+		// The mount's fd is O_PATH, which syncfs refuses: a readable one to the same root.
+		fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(m.fd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+}
+
+// Syncfs is syncfs(2): the file system holding f. The sandbox's own files have nothing to sync.
+func (f *File) Syncfs() error {
+	if f.fd < 0 || f.syn != nil || f.dev != nil || f.anon != nil {
+		return nil
+	}
+	if f.flags.Load()&unix.O_PATH != 0 {
+		return unix.EBADF
+	}
+	return unix.Syncfs(f.fd)
+}
