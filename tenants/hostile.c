@@ -90,8 +90,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "unimplemented")) {
-		long r = syscall(SYS_personality, 0xffffffffUL);
-		printf("personality: %ld errno %d\n", r, r < 0 ? errno : 0);
+		long r = syscall(SYS_io_setup, 1, 0);
+		printf("io_setup: %ld errno %d\n", r, r < 0 ? errno : 0);
 		return 0;
 	}
 	return 2;

@@ -329,7 +329,7 @@ func TestReportListsUnimplementedCalls(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--report", "--rootfs", rootfs, "--", "/bin/hostile", "unimplemented")
 	require.Equal(t, 0, got.code)
 	require.Contains(t, got.stdout, "errno 38", "ENOSYS reached the tenant")
-	require.Contains(t, got.stderr, "personality: 1")
+	require.Contains(t, got.stderr, "io_setup: 1")
 }
 
 // Shell scripts with pipelines, subshells, command substitution, loops, background jobs, wait,

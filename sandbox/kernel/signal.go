@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,6 +39,12 @@ type altstack struct {
 	flags    uint32
 }
 
+// si_code values of signals a process sends: kill(2), and tgkill(2) or tkill(2).
+const (
+	siUser  = 0
+	siTkill = -6
+)
+
 type sigInfo struct {
 	code   int32
 	addr   uint64 // fault address
@@ -45,6 +53,21 @@ type sigInfo struct {
 }
 
 func sigbit(sig unix.Signal) uint64 { return 1 << (uint(sig) - 1) }
+
+// fillSiginfo lays out a siginfo_t (siginfoSize zeroed bytes) for sig.
+func fillSiginfo(inf []byte, sig unix.Signal, info sigInfo) {
+	le := binary.LittleEndian
+	le.PutUint32(inf[0:], uint32(sig))
+	le.PutUint32(inf[8:], uint32(info.code))
+	if info.addr != 0 {
+		le.PutUint64(inf[16:], info.addr)
+	} else {
+		le.PutUint32(inf[16:], uint32(info.pid))
+	}
+	if sig == unix.SIGCHLD {
+		le.PutUint32(inf[24:], uint32(info.status))
+	}
+}
 
 const unblockable = 1<<(unix.SIGKILL-1) | 1<<(unix.SIGSTOP-1)
 
@@ -98,15 +121,17 @@ func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 		// The first task that does not block the signal takes it.
 		t = p.tasks[0]
 		for _, x := range p.tasks {
-			if x.mask()&sigbit(sig) == 0 {
+			if x.mask()&sigbit(sig) == 0 || x.sigwait.Load()&sigbit(sig) != 0 {
 				t = x
 				break
 			}
 		}
 	}
 	blocked := t.mask()&sigbit(sig) != 0
+	// A signal a task waits for in sigtimedwait is taken there, whatever its action.
+	waited := t.sigwait.Load()&sigbit(sig) != 0
 	// A fatal signal to a stopped process waits, pending, until the process continues.
-	if act.handler == sigDfl && !blocked && (isStopSignal(sig) || !p.isStopped()) {
+	if act.handler == sigDfl && !blocked && !waited && (isStopSignal(sig) || !p.isStopped()) {
 		p.mu.Unlock()
 		if isStopSignal(sig) {
 			p.stopAction(sig)
@@ -120,7 +145,7 @@ func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 	}
 	*pending |= sigbit(sig)
 	p.mu.Unlock()
-	if !blocked {
+	if !blocked || waited {
 		t.kick()
 	}
 	return nil
@@ -351,17 +376,7 @@ func (t *Task) setupFrame(sig unix.Signal, act sigaction, info sigInfo) error {
 		t.savedMask = nil
 	}
 	le.PutUint64(u[296:], mask)
-	inf := f[8+ucontextSize:]
-	le.PutUint32(inf[0:], uint32(sig))
-	le.PutUint32(inf[8:], uint32(info.code))
-	if info.addr != 0 {
-		le.PutUint64(inf[16:], info.addr)
-	} else {
-		le.PutUint32(inf[16:], uint32(info.pid))
-	}
-	if sig == unix.SIGCHLD {
-		le.PutUint32(inf[24:], uint32(info.status))
-	}
+	fillSiginfo(f[8+ucontextSize:], sig, info)
 	if err := t.copyOutRetry(sp, f); err != nil {
 		return err
 	}
@@ -510,5 +525,82 @@ func sysRtSigsuspend(t *Task, a sysargs) (uint64, error) {
 	return 0, unix.EINTR
 }
 
-// signalThread sends a thread-directed signal (tgkill, tkill).
+// signalThread sends a signal of the kernel's own to this thread (SIGPIPE).
 func (t *Task) signalThread(sig unix.Signal) error { return t.p.post(sig, t) }
+
+// rt_sigtimedwait(set, info, timeout, sigsetsize): takes a pending signal of set (which the
+// caller normally blocks) without running its handler, waiting for one up to timeout (NULL:
+// for ever). EAGAIN when the time is up; EINTR when another signal, not blocked, comes first.
+// Container inits (tini, dumb-init) wait for their signals this way.
+func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
+	p := t.p
+	if a[3] != 8 {
+		return 0, unix.EINVAL
+	}
+	var b [16]byte
+	if err := p.k.svc.CopyIn(p.as, b[:8], a[0]); err != nil {
+		return 0, err
+	}
+	set := binary.LittleEndian.Uint64(b[:8]) &^ unblockable
+	var deadline time.Time
+	if a[2] != 0 {
+		if err := p.k.svc.CopyIn(p.as, b[:], a[2]); err != nil {
+			return 0, err
+		}
+		sec, nsec := int64(binary.LittleEndian.Uint64(b[:8])), int64(binary.LittleEndian.Uint64(b[8:]))
+		if sec < 0 || nsec < 0 || nsec >= 1e9 {
+			return 0, unix.EINVAL
+		}
+		deadline = time.Now().Add(time.Duration(sec)*time.Second + time.Duration(nsec))
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	t.sigwait.Store(set)
+	defer t.sigwait.Store(0)
+	for {
+		p.mu.Lock()
+		if ready := (t.pending | p.pending) & set; ready != 0 {
+			sig := unix.Signal(bits.TrailingZeros64(ready) + 1)
+			if t.pending&sigbit(sig) != 0 {
+				t.pending &^= sigbit(sig)
+			} else {
+				p.pending &^= sigbit(sig)
+			}
+			info := p.info[sig]
+			p.info[sig] = sigInfo{}
+			p.mu.Unlock()
+			if a[1] != 0 {
+				var inf [siginfoSize]byte
+				fillSiginfo(inf[:], sig, info)
+				if err := p.k.svc.CopyOut(p.as, a[1], inf[:]); err != nil {
+					return 0, err
+				}
+			}
+			return uint64(sig), nil
+		}
+		other := (t.pending|p.pending)&^t.mask()&^set != 0
+		p.mu.Unlock()
+		if other || t.killed.Load() {
+			return 0, unix.EINTR
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return 0, unix.EAGAIN
+		}
+		dying := false
+		t.blocking(func() {
+			select {
+			case <-t.interrupt:
+			case <-timeout:
+			case <-p.stub.Exited():
+				dying = true
+			}
+		})
+		if dying {
+			return 0, unix.EINTR
+		}
+	}
+}

@@ -370,7 +370,9 @@ func sysKill(t *Task, a sysargs) (uint64, error) {
 		return 0, nil
 	}
 	for _, q := range targets {
-		q.Signal(unix.Signal(sig))
+		if !q.exited() {
+			q.postInfo(unix.Signal(sig), nil, sigInfo{code: siUser, pid: t.p.pid}) // the sender, as si_pid
+		}
 	}
 	return 0, nil
 }

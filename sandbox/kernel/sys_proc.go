@@ -321,14 +321,14 @@ func sysTgkill(t *Task, a sysargs) (uint64, error) {
 	if p == nil {
 		return 0, unix.ESRCH
 	}
-	return tkill(p, int(int32(a[1])), a[2])
+	return tkill(t, p, int(int32(a[1])), a[2])
 }
 
 func sysTkill(t *Task, a sysargs) (uint64, error) {
-	return tkill(t.p, int(int32(a[0])), a[1])
+	return tkill(t, t.p, int(int32(a[0])), a[1])
 }
 
-func tkill(p *Process, tid int, sig uint64) (uint64, error) {
+func tkill(sender *Task, p *Process, tid int, sig uint64) (uint64, error) {
 	if sig >= 65 {
 		return 0, unix.EINVAL
 	}
@@ -339,7 +339,7 @@ func tkill(p *Process, tid int, sig uint64) (uint64, error) {
 	if sig == 0 {
 		return 0, nil
 	}
-	return 0, target.signalThread(unix.Signal(sig))
+	return 0, p.postInfo(unix.Signal(sig), target, sigInfo{code: siTkill, pid: sender.p.pid})
 }
 
 // getrusage: the caller's (or its waited-for children's) user and system time and the page
@@ -374,7 +374,6 @@ const (
 	prSetDumpable      = 4
 	prSetName          = 15
 	prGetName          = 16
-	prSetTimerslack    = 29
 	prGetTimerslack    = 30
 	prSetNoNewPrivs    = 38
 	prGetNoNewPrivs    = 39

@@ -42,7 +42,12 @@ func init() {
 		unix.SYS_STATFS: sysStatfs, unix.SYS_FSTATFS: sysFstatfs, unix.SYS_TRUNCATE: sysTruncate,
 		unix.SYS_MKNOD: sysMknod, unix.SYS_MKNODAT: sysMknodat, unix.SYS_SYNC: sysSync,
 		unix.SYS_SYNCFS: sysSyncfs, unix.SYS_SYSINFO: sysSysinfo, unix.SYS_GETGROUPS: sysGetgroups,
-		unix.SYS_SYSLOG: sysSyslog,
+		unix.SYS_SYSLOG: sysSyslog, unix.SYS_TIMES: sysTimes, unix.SYS_CLOCK_GETRES: sysClockGetres,
+		unix.SYS_FALLOCATE: sysFallocate, unix.SYS_PREADV: sysPreadv, unix.SYS_PWRITEV: sysPwritev,
+		unix.SYS_PREADV2: sysPreadv2, unix.SYS_PWRITEV2: sysPwritev2, unix.SYS_FLOCK: sysFlock,
+		unix.SYS_PERSONALITY: sysPersonality, unix.SYS_GETRESUID: sysGetresid,
+		unix.SYS_GETRESGID: sysGetresid, unix.SYS_GETCPU: sysGetcpu,
+		unix.SYS_RT_SIGTIMEDWAIT: sysRtSigtimedwait,
 
 		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
 		unix.SYS_MPROTECT: sysMprotect, unix.SYS_MADVISE: sysMadvise, unix.SYS_MREMAP: sysMremap,

@@ -32,6 +32,7 @@ type Task struct {
 	comm        string // the thread's name (prctl PR_SET_NAME, /proc/<pid>/task/<tid>/comm), under p.mu
 	clearTID    uint64
 	sigmask     atomic.Uint64 // written only by the task itself
+	sigwait     atomic.Uint64 // the signals it waits for in rt_sigtimedwait, 0 otherwise
 	savedMask   *uint64       // the mask to restore after a handler that interrupted sigsuspend
 	altstack    altstack
 	interrupt   chan struct{} // poked when a signal arrives while the task blocks in the kernel

@@ -1,0 +1,200 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Smaller calls programs expect to find: times, clock_getres, fallocate, preadv/pwritev, flock,
+// personality, getresuid/getresgid and getcpu.
+
+// times(buf): the process's and its reaped children's CPU times in clock ticks; returns the
+// ticks since the sandbox started.
+func sysTimes(t *Task, a sysargs) (uint64, error) {
+	p := t.p
+	tick := time.Second / clockTicks
+	if a[0] != 0 {
+		self := p.usage()
+		p.reapedMu.Lock()
+		kids := p.reaped
+		p.reapedMu.Unlock()
+		var b [32]byte
+		for i, d := range []time.Duration{self.user, self.sys, kids.user, kids.sys} {
+			binary.LittleEndian.PutUint64(b[8*i:], uint64(d/tick))
+		}
+		if err := p.k.svc.CopyOut(p.as, a[0], b[:]); err != nil {
+			return 0, err
+		}
+	}
+	return uint64(time.Since(procBoot) / tick), nil
+}
+
+// clock_getres: the host's resolution of the clocks clock_gettime serves from the host; the CPU
+// clocks count nanoseconds.
+func sysClockGetres(t *Task, a sysargs) (uint64, error) {
+	var ts unix.Timespec
+	switch a[0] {
+	case unix.CLOCK_REALTIME, unix.CLOCK_MONOTONIC, unix.CLOCK_MONOTONIC_RAW, unix.CLOCK_REALTIME_COARSE,
+		unix.CLOCK_MONOTONIC_COARSE, unix.CLOCK_BOOTTIME:
+		if err := unix.ClockGetres(int32(a[0]), &ts); err != nil {
+			return 0, err
+		}
+	case unix.CLOCK_PROCESS_CPUTIME_ID, unix.CLOCK_THREAD_CPUTIME_ID:
+		ts = unix.Timespec{Nsec: 1}
+	default:
+		return 0, unix.EINVAL
+	}
+	if a[1] == 0 {
+		return 0, nil
+	}
+	return 0, t.p.k.svc.CopyOut(t.p.as, a[1], timespecBytes(&ts))
+}
+
+func sysFallocate(t *Task, a sysargs) (uint64, error) {
+	f, err := t.file(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer f.DecRef()
+	if int64(a[2]) < 0 || int64(a[3]) <= 0 {
+		return 0, unix.EINVAL
+	}
+	return 0, f.Fallocate(uint32(a[1]), int64(a[2]), int64(a[3]))
+}
+
+// preadv(fd, iov, iovcnt, pos_l, pos_h) and pwritev: one positioned transfer through a bounce
+// buffer (on x86-64 the whole offset is in pos_l). The "2" forms take flags (none served) and an
+// offset of -1 for the file's own position, which is readv and writev.
+func sysPreadv(t *Task, a sysargs) (uint64, error)  { return positionedIO(t, a, false, false) }
+func sysPwritev(t *Task, a sysargs) (uint64, error) { return positionedIO(t, a, true, false) }
+func sysPreadv2(t *Task, a sysargs) (uint64, error) { return positionedIO(t, a, false, true) }
+func sysPwritev2(t *Task, a sysargs) (uint64, error) {
+	return positionedIO(t, a, true, true)
+}
+
+func positionedIO(t *Task, a sysargs, write, v2 bool) (uint64, error) {
+	if v2 {
+		if a[5] != 0 {
+			return 0, unix.EOPNOTSUPP // RWF_* flags
+		}
+		if int64(a[3]) == -1 {
+			return vectorIO(t, a, write)
+		}
+	}
+	off := int64(a[3])
+	if off < 0 {
+		return 0, unix.EINVAL
+	}
+	f, err := t.file(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer f.DecRef()
+	bufs, err := t.iovecs(a[1], a[2], !write)
+	if err != nil || len(bufs) == 0 {
+		return 0, err
+	}
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	bounce := make([]byte, min(total, bounceMax))
+	if write {
+		n := 0
+		for _, b := range bufs {
+			n += copy(bounce[n:], b)
+		}
+		w, err := f.Pwrite(bounce, off)
+		return uint64(w), err
+	}
+	n, err := f.Pread(bounce, off)
+	if err != nil {
+		return 0, err
+	}
+	rest := bounce[:n]
+	for _, b := range bufs {
+		rest = rest[copy(b, rest):]
+	}
+	return uint64(n), nil
+}
+
+// flock(fd, op): the host's lock on the file, which the sandbox's processes share as Linux's
+// open file descriptions do. A lock that must wait is tried again every few milliseconds
+// without the vCPU, so that a signal or a kill cuts the wait.
+func sysFlock(t *Task, a sysargs) (uint64, error) {
+	f, err := t.file(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer f.DecRef()
+	op := int(a[1])
+	how := op &^ unix.LOCK_NB
+	if how != unix.LOCK_SH && how != unix.LOCK_EX && how != unix.LOCK_UN {
+		return 0, unix.EINVAL
+	}
+	fd := f.HostFd()
+	if fd < 0 {
+		return 0, unix.EINVAL // the sandbox's own objects hold no host lock
+	}
+	for {
+		err := unix.Flock(fd, how|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || op&unix.LOCK_NB != 0 {
+			return 0, err
+		}
+		cut := false
+		t.blocking(func() {
+			select {
+			case <-t.interrupt:
+				cut = true
+			case <-t.p.stub.Exited():
+				cut = true
+			case <-time.After(5 * time.Millisecond):
+			}
+		})
+		if cut {
+			return 0, unix.EINTR
+		}
+	}
+}
+
+// personality: tasks run as PER_LINUX, which may be asked for (0) or read (0xffffffff); no other
+// persona is served.
+func sysPersonality(t *Task, a sysargs) (uint64, error) {
+	if uint32(a[0]) == 0xffffffff || uint32(a[0]) == 0 {
+		return 0, nil
+	}
+	t.p.k.countUnimplemented(unix.SYS_PERSONALITY)
+	return 0, unix.EINVAL
+}
+
+// getresuid and getresgid: the sandbox's tenants run as root (getuid and the rest answer 0).
+func sysGetresid(t *Task, a sysargs) (uint64, error) {
+	var zero [4]byte
+	for _, addr := range a[:3] {
+		if err := t.p.k.svc.CopyOut(t.p.as, addr, zero[:]); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
+// getcpu(cpu, node, cache): the vCPU the task runs on, node 0.
+func sysGetcpu(t *Task, a sysargs) (uint64, error) {
+	var b [4]byte
+	if a[0] != 0 {
+		binary.LittleEndian.PutUint32(b[:], uint32(t.kt.Acquire().ID))
+		if err := t.p.k.svc.CopyOut(t.p.as, a[0], b[:]); err != nil {
+			return 0, err
+		}
+	}
+	if a[1] != 0 {
+		binary.LittleEndian.PutUint32(b[:], 0)
+		if err := t.p.k.svc.CopyOut(t.p.as, a[1], b[:]); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
