@@ -267,14 +267,20 @@ func (p *Process) finish(fallback ExitStatus) {
 			p.releaseVfork()
 		}
 		if !reuse || !p.k.recycle(p.stub, th, p.as) {
-			// The frames go back once the stub can no longer touch them; the parent need not
-			// wait for that to see its child exit.
-			p.k.releasing.Add(1)
-			go func() {
-				defer p.k.releasing.Done()
+			// The frames go back once the stub can no longer touch them. A parent need not
+			// wait for that to see a small child exit; a big one's memory is back first, as
+			// Linux unmaps an exiting process before its parent hears of it.
+			if p.residentBytes() > ghostMax {
 				p.stub.Release()
 				p.as.Release()
-			}()
+			} else {
+				p.k.releasing.Add(1)
+				go func() {
+					defer p.k.releasing.Done()
+					p.stub.Release()
+					p.as.Release()
+				}()
+			}
 		}
 		p.k.exited(p)
 		p.k.releaseContainer(p.c)
