@@ -1,6 +1,6 @@
 /*
  * Smaller calls programs expect: rt_sigtimedwait (as container inits use it), times,
- * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu. Prints one
+ * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify. Prints one
  * line per check, the same natively (as root) and in Endo.
  */
 #define _GNU_SOURCE
@@ -11,9 +11,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/personality.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/times.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -23,6 +26,13 @@
 #define CHECK(what, cond) printf("%s: %s\n", what, (cond) ? "ok" : "FAILED")
 
 static volatile int usr2;
+
+static int pipe_end(void)
+{
+	int p[2];
+	pipe(p);
+	return p[0];
+}
 static void on_usr2(int sig) { (void)sig; usr2++; }
 
 int main(void)
@@ -119,5 +129,59 @@ int main(void)
 	unsigned cpu = 999, node = 999;
 	CHECK("getcpu", syscall(SYS_getcpu, &cpu, &node, 0) == 0 && cpu < (unsigned)sysconf(_SC_NPROCESSORS_ONLN) &&
 				node == 0);
+
+	/* timerfd: a one-shot timer read when it fires, nothing before; an epoll set sees it. */
+	int tfd = timerfd_create(CLOCK_MONOTONIC, 0);
+	struct itimerspec its = { { 0, 0 }, { 0, 50 * 1000 * 1000 } }, cur;
+	CHECK("timerfd_settime", tfd >= 0 && timerfd_settime(tfd, 0, &its, 0) == 0);
+	CHECK("timerfd_gettime armed", timerfd_gettime(tfd, &cur) == 0 && cur.it_value.tv_nsec > 0 &&
+					       cur.it_value.tv_nsec <= 50 * 1000 * 1000);
+	int ep = epoll_create1(0);
+	struct epoll_event ev = { .events = EPOLLIN }, out;
+	epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+	CHECK("epoll waits for it", epoll_wait(ep, &out, 1, 0) == 0 && epoll_wait(ep, &out, 1, 5000) == 1);
+	unsigned long long ticks = 0;
+	CHECK("read after it fired", read(tfd, &ticks, 8) == 8 && ticks == 1);
+	CHECK("disarmed after", timerfd_gettime(tfd, &cur) == 0 && cur.it_value.tv_sec == 0 && cur.it_value.tv_nsec == 0);
+	int ntfd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK);
+	errno = 0;
+	CHECK("nonblocking read", read(ntfd, &ticks, 8) == -1 && errno == EAGAIN);
+	struct itimerspec every = { { 0, 10 * 1000 * 1000 }, { 0, 10 * 1000 * 1000 } };
+	timerfd_settime(tfd, 0, &every, 0);
+	usleep(60 * 1000);
+	CHECK("interval ticks add up", read(tfd, &ticks, 8) == 8 && ticks >= 2);
+	errno = 0;
+	CHECK("settime of a pipe", timerfd_settime(pipe_end(), 0, &its, 0) == -1 && errno == EINVAL);
+
+	/* inotify: what happens in a watched directory, by name, in order; then the watch goes. */
+	char wdir[64], wfile[80];
+	snprintf(wdir, sizeof wdir, "/inotify-%d", getpid());
+	snprintf(wfile, sizeof wfile, "%s/f", wdir);
+	mkdir(wdir, 0755);
+	int in = inotify_init1(IN_NONBLOCK);
+	int wd = inotify_add_watch(in, wdir, IN_CREATE | IN_MODIFY | IN_DELETE);
+	CHECK("inotify_add_watch", in >= 0 && wd > 0);
+	int wf = open(wfile, O_CREAT | O_WRONLY, 0644);
+	write(wf, "x", 1);
+	close(wf);
+	unlink(wfile);
+	inotify_rm_watch(in, wd);
+	char evbuf[4096] __attribute__((aligned(8)));
+	char seen_ev[256] = "";
+	usleep(20 * 1000);
+	ssize_t len = read(in, evbuf, sizeof evbuf);
+	for (char *e = evbuf; len > 0 && e < evbuf + len;) {
+		struct inotify_event *ie = (struct inotify_event *)e;
+		const char *what = ie->mask & IN_CREATE ? "create" : ie->mask & IN_MODIFY ? "modify" :
+				   ie->mask & IN_DELETE ? "delete" : ie->mask & IN_IGNORED ? "ignored" : "other";
+		snprintf(seen_ev + strlen(seen_ev), sizeof seen_ev - strlen(seen_ev), "%s%s%s ", what,
+			 ie->len ? ":" : "", ie->len ? ie->name : "");
+		e += sizeof *ie + ie->len;
+	}
+	printf("inotify events: %s\n", seen_ev);
+	errno = 0;
+	CHECK("inotify_add_watch of a missing file", inotify_add_watch(in, "/nowhere/at/all", IN_CREATE) == -1 &&
+							 errno == ENOENT);
+	rmdir(wdir);
 	return 0;
 }

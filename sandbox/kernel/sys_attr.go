@@ -3,7 +3,6 @@ package kernel
 import (
 	"encoding/binary"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -221,8 +220,7 @@ func sysFstatfs(t *Task, a sysargs) (uint64, error) {
 
 // copyOutStatfs writes a struct statfs, whose layout unix.Statfs_t has on amd64.
 func copyOutStatfs(t *Task, addr uint64, st *unix.Statfs_t) error {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(st)), unsafe.Sizeof(*st))
-	return t.p.k.svc.CopyOut(t.p.as, addr, b)
+	return t.p.k.svc.CopyOut(t.p.as, addr, structBytes(st))
 }
 
 func sysTruncate(t *Task, a sysargs) (uint64, error) {

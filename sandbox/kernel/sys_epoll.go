@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"time"
 
@@ -451,4 +452,152 @@ func (t *Task) eventfd(initval, flags uint64) (uint64, error) {
 	}
 	f := vfs.AnonFile(hfd, "eventfd", unix.O_RDWR|int(flags&unix.EFD_NONBLOCK), true, nil)
 	return t.install(f, 0, flags&unix.EFD_CLOEXEC != 0)
+}
+
+// timerfd_create(clockid, flags): a host timerfd behind a tenant fd, like eventfd. The tenant's
+// clocks are the host's, so the host's timer keeps the tenant's time; reads and polls go to it.
+func sysTimerfdCreate(t *Task, a sysargs) (uint64, error) {
+	flags := a[1]
+	if flags&^(unix.TFD_CLOEXEC|unix.TFD_NONBLOCK) != 0 {
+		return 0, unix.EINVAL
+	}
+	switch a[0] {
+	case unix.CLOCK_REALTIME, unix.CLOCK_MONOTONIC, unix.CLOCK_BOOTTIME:
+	default:
+		return 0, unix.EINVAL // the alarm clocks need CAP_WAKE_ALARM
+	}
+	hfd, err := unix.TimerfdCreate(int(a[0]), unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	if err != nil {
+		return 0, err
+	}
+	f := vfs.AnonFile(hfd, "[timerfd]", unix.O_RDWR|int(flags&unix.TFD_NONBLOCK), true, timerfdMark{})
+	return t.install(f, 0, flags&unix.TFD_CLOEXEC != 0)
+}
+
+// timerfdMark tells a timerfd's File from the other anonymous files.
+type timerfdMark struct{}
+
+// timerfd returns the host fd of a tenant's timerfd.
+func (t *Task) timerfd(fd uint64) (int, func(), error) {
+	f, err := t.file(fd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, ok := f.Private().(timerfdMark); !ok {
+		f.DecRef()
+		return 0, nil, unix.EINVAL
+	}
+	return f.HostFd(), func() { f.DecRef() }, nil
+}
+
+// timerfd_settime(fd, flags, new, old): the tenant's itimerspecs as they are, to the host timer.
+func sysTimerfdSettime(t *Task, a sysargs) (uint64, error) {
+	if a[1]&^(unix.TFD_TIMER_ABSTIME|unix.TFD_TIMER_CANCEL_ON_SET) != 0 {
+		return 0, unix.EINVAL
+	}
+	hfd, done, err := t.timerfd(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	var nv, ov unix.ItimerSpec
+	if err := t.p.k.svc.CopyIn(t.p.as, structBytes(&nv), a[2]); err != nil {
+		return 0, err
+	}
+	if err := unix.TimerfdSettime(hfd, int(a[1]), &nv, &ov); err != nil {
+		return 0, err
+	}
+	if a[3] == 0 {
+		return 0, nil
+	}
+	return 0, t.p.k.svc.CopyOut(t.p.as, a[3], structBytes(&ov))
+}
+
+func sysTimerfdGettime(t *Task, a sysargs) (uint64, error) {
+	hfd, done, err := t.timerfd(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	var cur unix.ItimerSpec
+	if err := unix.TimerfdGettime(hfd, &cur); err != nil {
+		return 0, err
+	}
+	return 0, t.p.k.svc.CopyOut(t.p.as, a[1], structBytes(&cur))
+}
+
+// inotify_init1(flags): a host inotify instance behind a tenant fd. Its events name files
+// relative to the watched directory only, so nothing of the host's paths reaches the tenant.
+func sysInotifyInit(t *Task, a sysargs) (uint64, error) { return t.inotifyInit(0) }
+func sysInotifyInit1(t *Task, a sysargs) (uint64, error) {
+	return t.inotifyInit(a[0])
+}
+
+func (t *Task) inotifyInit(flags uint64) (uint64, error) {
+	if flags&^(unix.IN_CLOEXEC|unix.IN_NONBLOCK) != 0 {
+		return 0, unix.EINVAL
+	}
+	hfd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return 0, err
+	}
+	f := vfs.AnonFile(hfd, "inotify", unix.O_RDONLY|int(flags&unix.IN_NONBLOCK), true, inotifyMark{})
+	return t.install(f, 0, flags&unix.IN_CLOEXEC != 0)
+}
+
+// inotifyMark tells an inotify instance's File from the other anonymous files.
+type inotifyMark struct{}
+
+func (t *Task) inotify(fd uint64) (*vfs.File, error) {
+	f, err := t.file(fd)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := f.Private().(inotifyMark); !ok {
+		f.DecRef()
+		return nil, unix.EINVAL
+	}
+	return f, nil
+}
+
+// inotify_add_watch(fd, path, mask): the path is resolved in the container's view; the host
+// watches the very file through the sandbox's own descriptor of it.
+func sysInotifyAddWatch(t *Task, a sysargs) (uint64, error) {
+	in, err := t.inotify(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer in.DecRef()
+	mask := uint32(a[2])
+	if mask&unix.IN_ALL_EVENTS == 0 {
+		return 0, unix.EINVAL
+	}
+	base, p, err := t.pathAt(atFDCWD, a[1])
+	if err != nil {
+		return 0, err
+	}
+	flags := unix.O_PATH
+	if mask&unix.IN_DONT_FOLLOW != 0 {
+		flags |= unix.O_NOFOLLOW
+	}
+	f, err := t.p.fs.Open(base, p, flags, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.DecRef()
+	if f.HostFd() < 0 {
+		return 0, unix.EINVAL // the sandbox's own /proc and /dev change without events
+	}
+	wd, err := unix.InotifyAddWatch(in.HostFd(), fmt.Sprintf("/proc/self/fd/%d", f.HostFd()), mask&^unix.IN_DONT_FOLLOW)
+	return uint64(wd), err
+}
+
+func sysInotifyRmWatch(t *Task, a sysargs) (uint64, error) {
+	in, err := t.inotify(a[0])
+	if err != nil {
+		return 0, err
+	}
+	defer in.DecRef()
+	_, err = unix.InotifyRmWatch(in.HostFd(), uint32(a[1]))
+	return 0, err
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unsafe"
 
 	"github.com/endovisor/endo/crossing"
 	"golang.org/x/sys/unix"
@@ -217,7 +216,7 @@ func prlimit(t *Task, res int, newAddr, oldAddr uint64) (uint64, error) {
 }
 
 func timespecBytes(ts *unix.Timespec) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(ts)), unsafe.Sizeof(*ts))
+	return structBytes(ts)
 }
 
 func sysClockGettime(t *Task, a sysargs) (uint64, error) {

@@ -47,7 +47,10 @@ func init() {
 		unix.SYS_PREADV2: sysPreadv2, unix.SYS_PWRITEV2: sysPwritev2, unix.SYS_FLOCK: sysFlock,
 		unix.SYS_PERSONALITY: sysPersonality, unix.SYS_GETRESUID: sysGetresid,
 		unix.SYS_GETRESGID: sysGetresid, unix.SYS_GETCPU: sysGetcpu,
-		unix.SYS_RT_SIGTIMEDWAIT: sysRtSigtimedwait,
+		unix.SYS_RT_SIGTIMEDWAIT: sysRtSigtimedwait, unix.SYS_TIMERFD_CREATE: sysTimerfdCreate,
+		unix.SYS_TIMERFD_SETTIME: sysTimerfdSettime, unix.SYS_TIMERFD_GETTIME: sysTimerfdGettime,
+		unix.SYS_INOTIFY_INIT: sysInotifyInit, unix.SYS_INOTIFY_INIT1: sysInotifyInit1,
+		unix.SYS_INOTIFY_ADD_WATCH: sysInotifyAddWatch, unix.SYS_INOTIFY_RM_WATCH: sysInotifyRmWatch,
 
 		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
 		unix.SYS_MPROTECT: sysMprotect, unix.SYS_MADVISE: sysMadvise, unix.SYS_MREMAP: sysMremap,
