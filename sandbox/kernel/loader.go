@@ -29,7 +29,7 @@ const (
 // image is an executable checked and ready to be mapped.
 type image struct {
 	path   string // as execve was given it: AT_EXECFN, and the new comm
-	name   string // the file as opened, for the mappings (and so /proc/<pid>/exe)
+	name   string // the file itself (symlinks resolved), for the mappings and /proc/<pid>/exe
 	file   *vfs.File
 	elf    *elf.File
 	phoff  uint64 // file offset of the program headers (debug/elf does not keep it)
@@ -136,7 +136,7 @@ func openImage(fs *vfs.FS, cwd, p string, argv []string) (*image, error) {
 
 // openELF checks an open ELF file (and opens its interpreter); it takes over f's reference.
 func openELF(fs *vfs.FS, cwd string, f *vfs.File, p string, depth int) (*image, error) {
-	img := &image{path: p, name: f.Path(), file: f}
+	img := &image{path: p, name: f.CanonicalPath(), file: f}
 	if img.name == "" {
 		img.name = p
 	}

@@ -156,6 +156,15 @@ func (f *File) Path() string {
 	return f.canon
 }
 
+// CanonicalPath is the file's path inside the container with every symlink resolved (what Linux
+// shows for /proc/<pid>/exe and in maps), or the path it was opened by when that is not known.
+func (f *File) CanonicalPath() string {
+	if f.fd < 0 || f.mount == nil {
+		return f.path
+	}
+	return containerPath(f.mount, f.fd, f.path)
+}
+
 // HostFd is the host descriptor, or -1 for synthetic files. The kernel uses it for tty ioctls
 // and polling; it must not close it.
 func (f *File) HostFd() int { return f.fd }
