@@ -1,11 +1,12 @@
 /*
  * Smaller calls programs expect: rt_sigtimedwait (as container inits use it), times,
- * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify. Prints one
+ * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd. Prints one
  * line per check, the same natively (as root) and in Endo.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/personality.h>
+#include <sys/signalfd.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -183,5 +185,32 @@ int main(void)
 	CHECK("inotify_add_watch of a missing file", inotify_add_watch(in, "/nowhere/at/all", IN_CREATE) == -1 &&
 							 errno == ENOENT);
 	rmdir(wdir);
+
+	/* signalfd: blocked signals read as records; a child's end comes as SIGCHLD (which is
+	 * ignored by default, and so must stay pending while blocked). */
+	sigset_t sm;
+	sigemptyset(&sm);
+	sigaddset(&sm, SIGUSR1);
+	sigaddset(&sm, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &sm, 0);
+	int sfd = signalfd(-1, &sm, SFD_NONBLOCK);
+	struct pollfd pf = { .fd = sfd, .events = POLLIN };
+	CHECK("signalfd idle", sfd >= 0 && poll(&pf, 1, 0) == 0);
+	kill(getpid(), SIGUSR1);
+	CHECK("signalfd readable", poll(&pf, 1, 1000) == 1 && (pf.revents & POLLIN));
+	struct signalfd_siginfo ssi;
+	CHECK("signalfd read", read(sfd, &ssi, sizeof ssi) == sizeof ssi && ssi.ssi_signo == SIGUSR1 &&
+				      ssi.ssi_pid == (unsigned)getpid());
+	errno = 0;
+	CHECK("signalfd empty", read(sfd, &ssi, sizeof ssi) == -1 && errno == EAGAIN && poll(&pf, 1, 0) == 0);
+	pid = fork();
+	if (pid == 0)
+		_exit(7);
+	CHECK("SIGCHLD through signalfd", poll(&pf, 1, 5000) == 1 && read(sfd, &ssi, sizeof ssi) == sizeof ssi &&
+						ssi.ssi_signo == SIGCHLD && ssi.ssi_pid == (unsigned)pid &&
+						ssi.ssi_status == 7);
+	waitpid(pid, 0, 0);
+	errno = 0;
+	CHECK("signalfd short buffer", read(sfd, &ssi, 8) == -1 && errno == EINVAL);
 	return 0;
 }

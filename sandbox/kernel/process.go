@@ -22,6 +22,7 @@ type Process struct {
 	pdeathsig  atomic.Int32 // prctl PR_SET_PDEATHSIG: the signal it gets when its parent dies
 	undumpable atomic.Bool  // prctl PR_SET_DUMPABLE 0 (dumpable again after execve)
 	noNewPrivs atomic.Bool  // prctl PR_SET_NO_NEW_PRIVS (kept across fork and execve)
+	signalfds  []*signalfd  // under mu: the signalfds it made, told of new pending signals
 	c          *container
 	fs         *vfs.FS // c.fs
 	fds        *vfs.FDTable

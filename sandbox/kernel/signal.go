@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -110,7 +109,7 @@ func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 	}
 	p.mu.Lock()
 	act := p.sigacts[sig]
-	if act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig) || len(p.tasks) == 0 {
+	if len(p.tasks) == 0 {
 		p.mu.Unlock()
 		return nil
 	}
@@ -130,6 +129,13 @@ func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 	blocked := t.mask()&sigbit(sig) != 0
 	// A signal a task waits for in sigtimedwait is taken there, whatever its action.
 	waited := t.sigwait.Load()&sigbit(sig) != 0
+	// An ignored signal is dropped, unless it is blocked (its action may change before it is
+	// unblocked, as Linux reasons) or waited for: then it waits, pending, for sigtimedwait or a
+	// signalfd to take it (a container init's SIGCHLD, for one).
+	if (act.handler == sigIgn || act.handler == sigDfl && defaultIgnored(sig)) && !blocked && !waited {
+		p.mu.Unlock()
+		return nil
+	}
 	// A fatal signal to a stopped process waits, pending, until the process continues.
 	if act.handler == sigDfl && !blocked && !waited && (isStopSignal(sig) || !p.isStopped()) {
 		p.mu.Unlock()
@@ -148,6 +154,7 @@ func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 	if !blocked || waited {
 		t.kick()
 	}
+	p.signalfdsSee(sig)
 	return nil
 }
 
@@ -562,17 +569,8 @@ func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
 	t.sigwait.Store(set)
 	defer t.sigwait.Store(0)
 	for {
-		p.mu.Lock()
-		if ready := (t.pending | p.pending) & set; ready != 0 {
-			sig := unix.Signal(bits.TrailingZeros64(ready) + 1)
-			if t.pending&sigbit(sig) != 0 {
-				t.pending &^= sigbit(sig)
-			} else {
-				p.pending &^= sigbit(sig)
-			}
-			info := p.info[sig]
-			p.info[sig] = sigInfo{}
-			p.mu.Unlock()
+		if sig, info, ok := t.takeSignal(set); ok {
+			p.signalfdsSee(sig) // taken: a signalfd that showed it may have nothing left
 			if a[1] != 0 {
 				var inf [siginfoSize]byte
 				fillSiginfo(inf[:], sig, info)
@@ -582,6 +580,7 @@ func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
 			}
 			return uint64(sig), nil
 		}
+		p.mu.Lock()
 		other := (t.pending|p.pending)&^t.mask()&^set != 0
 		p.mu.Unlock()
 		if other || t.killed.Load() {

@@ -470,7 +470,7 @@ func sysTimerfdCreate(t *Task, a sysargs) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	f := vfs.AnonFile(hfd, "[timerfd]", unix.O_RDWR|int(flags&unix.TFD_NONBLOCK), true, timerfdMark{})
+	f := vfs.AnonFile(hfd, "timerfd", unix.O_RDWR|int(flags&unix.TFD_NONBLOCK), true, timerfdMark{})
 	return t.install(f, 0, flags&unix.TFD_CLOEXEC != 0)
 }
 

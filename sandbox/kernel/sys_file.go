@@ -82,6 +82,9 @@ func sysRead(t *Task, a sysargs) (uint64, error) {
 		return 0, err
 	}
 	defer f.DecRef()
+	if sf, ok := f.Private().(*signalfd); ok {
+		return sf.read(t, f, a[1], a[2])
+	}
 	bufs, bounce, err := t.tenantBufs(a[1], a[2], true)
 	if err != nil || len(bufs) == 0 {
 		return 0, err

@@ -51,6 +51,7 @@ func init() {
 		unix.SYS_TIMERFD_SETTIME: sysTimerfdSettime, unix.SYS_TIMERFD_GETTIME: sysTimerfdGettime,
 		unix.SYS_INOTIFY_INIT: sysInotifyInit, unix.SYS_INOTIFY_INIT1: sysInotifyInit1,
 		unix.SYS_INOTIFY_ADD_WATCH: sysInotifyAddWatch, unix.SYS_INOTIFY_RM_WATCH: sysInotifyRmWatch,
+		unix.SYS_SIGNALFD: sysSignalfd, unix.SYS_SIGNALFD4: sysSignalfd4,
 
 		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
 		unix.SYS_MPROTECT: sysMprotect, unix.SYS_MADVISE: sysMadvise, unix.SYS_MREMAP: sysMremap,
