@@ -38,23 +38,19 @@ func linkat(t *Task, olddir, oldAddr, newdir, newAddr, flags uint64) (uint64, er
 		t.p.k.countUnimplemented(unix.SYS_LINKAT)
 		return 0, unix.EINVAL
 	}
-	ob, op, err := t.pathAt(olddir, oldAddr)
+	from, to, err := t.pathPair(olddir, oldAddr, newdir, newAddr)
 	if err != nil {
 		return 0, err
 	}
-	nb, np, err := t.pathAt(newdir, newAddr)
-	if err != nil {
-		return 0, err
-	}
-	return 0, t.p.fs.Link("/", joinPath(ob, op), joinPath(nb, np))
+	return 0, t.p.fs.Link("/", from, to)
 }
 
-func sysChmod(t *Task, a sysargs) (uint64, error) { return fchmodat(t, atFDCWD, a[0], a[1], 0) }
-func sysFchmodat(t *Task, a sysargs) (uint64, error) {
-	return fchmodat(t, a[0], a[1], a[2], 0) // the fourth argument is glibc's, not the kernel's
-}
+func sysChmod(t *Task, a sysargs) (uint64, error) { return fchmodat(t, atFDCWD, a[0], a[1]) }
 
-func fchmodat(t *Task, dirfd, addr, mode, flags uint64) (uint64, error) {
+// fchmodat(dirfd, path, mode): the kernel's call has no flags (glibc's fourth argument is its own).
+func sysFchmodat(t *Task, a sysargs) (uint64, error) { return fchmodat(t, a[0], a[1], a[2]) }
+
+func fchmodat(t *Task, dirfd, addr, mode uint64) (uint64, error) {
 	base, p, err := t.pathAt(dirfd, addr)
 	if err != nil {
 		return 0, err

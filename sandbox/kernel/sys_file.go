@@ -768,16 +768,25 @@ func renameat(t *Task, olddir, oldaddr, newdir, newaddr, flags uint64) (uint64, 
 	if flags != 0 {
 		return 0, unix.EINVAL
 	}
-	ob, op, err := t.pathAt(olddir, oldaddr)
+	from, to, err := t.pathPair(olddir, oldaddr, newdir, newaddr)
 	if err != nil {
 		return 0, err
+	}
+	return 0, t.p.fs.Rename("/", from, to)
+}
+
+// pathPair reads the two paths of a call like renameat, each relative to its own directory, as
+// absolute paths: the vfs resolves both from one directory.
+func (t *Task) pathPair(olddir, oldaddr, newdir, newaddr uint64) (string, string, error) {
+	ob, op, err := t.pathAt(olddir, oldaddr)
+	if err != nil {
+		return "", "", err
 	}
 	nb, np, err := t.pathAt(newdir, newaddr)
 	if err != nil {
-		return 0, err
+		return "", "", err
 	}
-	// The vfs resolves both paths from one directory: make them absolute first.
-	return 0, t.p.fs.Rename("/", joinPath(ob, op), joinPath(nb, np))
+	return joinPath(ob, op), joinPath(nb, np), nil
 }
 
 func joinPath(base, p string) string {
