@@ -1,6 +1,6 @@
 /*
  * Smaller calls programs expect: rt_sigtimedwait (as container inits use it), times,
- * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd. Prints one
+ * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd, fcntl record locks. Prints one
  * line per check, the same natively (as root) and in Endo.
  */
 #define _GNU_SOURCE
@@ -212,5 +212,35 @@ int main(void)
 	waitpid(pid, 0, 0);
 	errno = 0;
 	CHECK("signalfd short buffer", read(sfd, &ssi, 8) == -1 && errno == EINVAL);
+
+	/* fcntl record locks between processes, as SQLite takes them. */
+	char lpath[64];
+	snprintf(lpath, sizeof lpath, "/locks-%d", getpid());
+	int lfd = open(lpath, O_CREAT | O_RDWR, 0644);
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 10 };
+	CHECK("F_SETLK", fcntl(lfd, F_SETLK, &fl) == 0);
+	int lp[2];
+	pipe(lp);
+	pid = fork();
+	if (pid == 0) {
+		int cfd = open(lpath, O_RDWR);
+		struct flock c = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = 1 };
+		int busy = fcntl(cfd, F_SETLK, &c) == -1 && (errno == EAGAIN || errno == EACCES);
+		struct flock g = c;
+		fcntl(cfd, F_GETLK, &g);
+		struct flock other = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 20, .l_len = 5 };
+		int free_range = fcntl(cfd, F_SETLK, &other) == 0;
+		write(lp[1], "w", 1);
+		int waited = fcntl(cfd, F_SETLKW, &c) == 0; /* until the parent unlocks */
+		_exit(busy && g.l_type == F_WRLCK && g.l_start == 0 && g.l_len == 10 && free_range && waited ? 0 : 1);
+	}
+	char ready;
+	read(lp[0], &ready, 1);
+	usleep(100 * 1000);
+	fl.l_type = F_UNLCK;
+	fcntl(lfd, F_SETLK, &fl);
+	waitpid(pid, &status, 0);
+	CHECK("locks conflict between processes, F_GETLK, F_SETLKW waits", WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	unlink(lpath);
 	return 0;
 }

@@ -572,6 +572,8 @@ func sysFcntl(t *Task, a sysargs) (uint64, error) {
 		}
 		defer f.DecRef()
 		return 0, f.SetFlags(int(a[2]))
+	case unix.F_GETLK, unix.F_SETLK, unix.F_SETLKW, unix.F_OFD_GETLK, unix.F_OFD_SETLK, unix.F_OFD_SETLKW:
+		return recordLock(t, a[0], int(a[1]), a[2])
 	}
 	return 0, fmt.Errorf("fcntl %d: %w", a[1], unix.EINVAL)
 }

@@ -144,18 +144,8 @@ func sysFlock(t *Task, a sysargs) (uint64, error) {
 		if !errors.Is(err, unix.EWOULDBLOCK) || op&unix.LOCK_NB != 0 {
 			return 0, err
 		}
-		cut := false
-		t.blocking(func() {
-			select {
-			case <-t.interrupt:
-				cut = true
-			case <-t.p.stub.Exited():
-				cut = true
-			case <-time.After(5 * time.Millisecond):
-			}
-		})
-		if cut {
-			return 0, unix.EINTR
+		if err := t.waitRetry(); err != nil {
+			return 0, err
 		}
 	}
 }
@@ -197,4 +187,67 @@ func sysGetcpu(t *Task, a sysargs) (uint64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// recordLock serves fcntl's byte-range locks (SQLite's) with the host's open-file-description
+// locks on the shared host file. Every host fd belongs to the sandbox process, so the host's
+// per-process POSIX locks would never conflict between the sandbox's processes; description
+// locks do, for each process that opened the file itself. (A process's two opens of one file
+// conflict too, where POSIX locks would not; and a holder's pid reads as -1.) A lock that must
+// wait is tried again every few milliseconds without the vCPU, so that a signal cuts the wait.
+func recordLock(t *Task, fd uint64, cmd int, addr uint64) (uint64, error) {
+	f, err := t.file(fd)
+	if err != nil {
+		return 0, err
+	}
+	defer f.DecRef()
+	hfd := f.HostFd()
+	if hfd < 0 {
+		return 0, unix.EINVAL // the sandbox's own objects hold no host lock
+	}
+	var lk unix.Flock_t
+	if err := t.p.k.svc.CopyIn(t.p.as, structBytes(&lk), addr); err != nil {
+		return 0, err
+	}
+	ofd := cmd == unix.F_OFD_GETLK || cmd == unix.F_OFD_SETLK || cmd == unix.F_OFD_SETLKW
+	if ofd && lk.Pid != 0 {
+		return 0, unix.EINVAL
+	}
+	lk.Pid = 0
+	switch cmd {
+	case unix.F_GETLK, unix.F_OFD_GETLK:
+		if err := unix.FcntlFlock(uintptr(hfd), unix.F_OFD_GETLK, &lk); err != nil {
+			return 0, err
+		}
+		return 0, t.p.k.svc.CopyOut(t.p.as, addr, structBytes(&lk))
+	}
+	for {
+		err := unix.FcntlFlock(uintptr(hfd), unix.F_OFD_SETLK, &lk)
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EACCES) ||
+			cmd == unix.F_SETLK || cmd == unix.F_OFD_SETLK {
+			return 0, err
+		}
+		if err := t.waitRetry(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// waitRetry waits a few milliseconds without the vCPU before a lock is tried again; a signal or
+// the process's end cuts it short (EINTR).
+func (t *Task) waitRetry() error {
+	cut := false
+	t.blocking(func() {
+		select {
+		case <-t.interrupt:
+			cut = true
+		case <-t.p.stub.Exited():
+			cut = true
+		case <-time.After(5 * time.Millisecond):
+		}
+	})
+	if cut {
+		return unix.EINTR
+	}
+	return nil
 }
