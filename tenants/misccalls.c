@@ -1,6 +1,6 @@
 /*
  * Smaller calls programs expect: rt_sigtimedwait (as container inits use it), times,
- * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd, fcntl record locks. Prints one
+ * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd, fcntl record locks, memfd. Prints one
  * line per check, the same natively (as root) and in Endo.
  */
 #define _GNU_SOURCE
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/signalfd.h>
 #include <sys/epoll.h>
@@ -242,5 +243,19 @@ int main(void)
 	waitpid(pid, &status, 0);
 	CHECK("locks conflict between processes, F_GETLK, F_SETLKW waits", WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	unlink(lpath);
+
+	/* memfd: a file of its own, named so in /proc, sealed like Linux's. */
+	int mfd = memfd_create("scratch", MFD_ALLOW_SEALING);
+	char buf[16];
+	CHECK("memfd write and read", write(mfd, "hello", 5) == 5 && pread(mfd, buf, 5, 0) == 5 &&
+					      memcmp(buf, "hello", 5) == 0 && fstat(mfd, &st) == 0 && st.st_size == 5);
+	char mlink[64], mtarget[64] = { 0 };
+	snprintf(mlink, sizeof mlink, "/proc/self/fd/%d", mfd);
+	readlink(mlink, mtarget, sizeof mtarget - 1);
+	printf("memfd link: %s\n", mtarget);
+	char *mp = mmap(0, 4096, PROT_READ, MAP_PRIVATE, mfd, 0);
+	CHECK("memfd mapped", mp != MAP_FAILED && memcmp(mp, "hello", 5) == 0);
+	CHECK("memfd sealed", fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK) == 0 &&
+				      (fcntl(mfd, F_GET_SEALS) & F_SEAL_WRITE) && write(mfd, "x", 1) == -1 && errno == EPERM);
 	return 0;
 }

@@ -574,6 +574,18 @@ func sysFcntl(t *Task, a sysargs) (uint64, error) {
 		return 0, f.SetFlags(int(a[2]))
 	case unix.F_GETLK, unix.F_SETLK, unix.F_SETLKW, unix.F_OFD_GETLK, unix.F_OFD_SETLK, unix.F_OFD_SETLKW:
 		return recordLock(t, a[0], int(a[1]), a[2])
+	case unix.F_ADD_SEALS, unix.F_GET_SEALS:
+		// Seals are the host file's own (a memfd's).
+		f, err := t.file(a[0])
+		if err != nil {
+			return 0, err
+		}
+		defer f.DecRef()
+		if f.HostFd() < 0 || !f.IsRegular() {
+			return 0, unix.EINVAL
+		}
+		v, err := unix.FcntlInt(uintptr(f.HostFd()), int(a[1]), int(a[2]))
+		return uint64(v), err
 	}
 	return 0, fmt.Errorf("fcntl %d: %w", a[1], unix.EINVAL)
 }

@@ -3,7 +3,10 @@ package kernel
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"time"
+
+	"github.com/endovisor/endo/sandbox/kernel/vfs"
 
 	"golang.org/x/sys/unix"
 )
@@ -250,4 +253,36 @@ func (t *Task) waitRetry() error {
 		return unix.EINTR
 	}
 	return nil
+}
+
+// Calls a container does not have the capabilities for (CAP_SYS_ADMIN, CAP_SYS_TIME,
+// CAP_SYS_BOOT, CAP_SYS_MODULE, CAP_SYS_RAWIO): EPERM, as in a default container, rather than
+// ENOSYS. mount, sethostname, date -s and their kind say "Operation not permitted".
+func sysNotPermitted(t *Task, a sysargs) (uint64, error) { return 0, unix.EPERM }
+
+var notPermitted = []uint64{
+	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_SWAPON, unix.SYS_SWAPOFF,
+	unix.SYS_REBOOT, unix.SYS_SETHOSTNAME, unix.SYS_SETDOMAINNAME, unix.SYS_SETTIMEOFDAY,
+	unix.SYS_CLOCK_SETTIME, unix.SYS_ACCT, unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE,
+	unix.SYS_DELETE_MODULE, unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_IOPL,
+	unix.SYS_IOPERM,
+}
+
+// memfd_create(name, flags): an anonymous host file behind a tenant fd, read, written, sized
+// and sealed like any host file. Its shared writable mappings are refused like any file's.
+func sysMemfdCreate(t *Task, a sysargs) (uint64, error) {
+	flags := a[1]
+	if flags&^(unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING) != 0 {
+		return 0, unix.EINVAL // MFD_HUGETLB and the exec flags are not served
+	}
+	name, err := t.p.k.svc.ReadString(t.p.as, a[0], 250)
+	if err != nil {
+		return 0, err
+	}
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|int(flags&unix.MFD_ALLOW_SEALING))
+	if err != nil {
+		return 0, err
+	}
+	f := vfs.HostFile(os.NewFile(uintptr(fd), "memfd"), "/memfd:"+name+" (deleted)")
+	return t.install(f, 0, flags&unix.MFD_CLOEXEC != 0)
 }

@@ -52,6 +52,7 @@ func init() {
 		unix.SYS_INOTIFY_INIT: sysInotifyInit, unix.SYS_INOTIFY_INIT1: sysInotifyInit1,
 		unix.SYS_INOTIFY_ADD_WATCH: sysInotifyAddWatch, unix.SYS_INOTIFY_RM_WATCH: sysInotifyRmWatch,
 		unix.SYS_SIGNALFD: sysSignalfd, unix.SYS_SIGNALFD4: sysSignalfd4,
+		unix.SYS_MEMFD_CREATE: sysMemfdCreate,
 
 		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
 		unix.SYS_MPROTECT: sysMprotect, unix.SYS_MADVISE: sysMadvise, unix.SYS_MREMAP: sysMremap,
@@ -98,6 +99,9 @@ func init() {
 		unix.SYS_GETITIMER:     sysGetitimer,
 	} {
 		syscallTable[nr] = fn
+	}
+	for _, nr := range notPermitted {
+		syscallTable[nr] = sysNotPermitted
 	}
 }
 
