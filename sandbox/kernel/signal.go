@@ -569,7 +569,7 @@ func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
 	t.sigwait.Store(set)
 	defer t.sigwait.Store(0)
 	for {
-		if sig, info, ok := t.takeSignal(set); ok {
+		if sig, info, ok := p.takeSignal(t, set); ok {
 			p.signalfdsSee(sig) // taken: a signalfd that showed it may have nothing left
 			if a[1] != 0 {
 				var inf [siginfoSize]byte

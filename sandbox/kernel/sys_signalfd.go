@@ -135,7 +135,11 @@ func (sf *signalfd) read(t *Task, f *vfs.File, addr, count uint64) (uint64, erro
 			p.mu.Lock()
 			mask := sf.mask
 			p.mu.Unlock()
-			sig, info, ok := t.takeSignal(mask)
+			taker := t
+			if t.p != sf.p {
+				taker = nil // a file another process made: its signals
+			}
+			sig, info, ok := sf.p.takeSignal(taker, mask)
 			if !ok {
 				break
 			}
@@ -161,17 +165,21 @@ func (sf *signalfd) read(t *Task, f *vfs.File, addr, count uint64) (uint64, erro
 	}
 }
 
-// takeSignal takes the lowest pending signal of set, the task's own first, with its siginfo.
-func (t *Task) takeSignal(set uint64) (unix.Signal, sigInfo, bool) {
-	p := t.p
+// takeSignal takes the lowest pending signal of set, task t's own first (t may be nil: the
+// process's only), with its siginfo.
+func (p *Process) takeSignal(t *Task, set uint64) (unix.Signal, sigInfo, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ready := (t.pending | p.pending) & set
+	var own uint64
+	if t != nil {
+		own = t.pending
+	}
+	ready := (own | p.pending) & set
 	if ready == 0 {
 		return 0, sigInfo{}, false
 	}
 	sig := unix.Signal(bits.TrailingZeros64(ready) + 1)
-	if t.pending&sigbit(sig) != 0 {
+	if own&sigbit(sig) != 0 {
 		t.pending &^= sigbit(sig)
 	} else {
 		p.pending &^= sigbit(sig)
