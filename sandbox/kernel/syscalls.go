@@ -52,7 +52,11 @@ func init() {
 		unix.SYS_INOTIFY_INIT: sysInotifyInit, unix.SYS_INOTIFY_INIT1: sysInotifyInit1,
 		unix.SYS_INOTIFY_ADD_WATCH: sysInotifyAddWatch, unix.SYS_INOTIFY_RM_WATCH: sysInotifyRmWatch,
 		unix.SYS_SIGNALFD: sysSignalfd, unix.SYS_SIGNALFD4: sysSignalfd4,
-		unix.SYS_MEMFD_CREATE: sysMemfdCreate,
+		unix.SYS_MEMFD_CREATE: sysMemfdCreate, unix.SYS_SOCKETPAIR: sysSocketpair,
+		unix.SYS_SENDTO: sysSendto, unix.SYS_RECVFROM: sysRecvfrom, unix.SYS_SENDMSG: sysSendmsg,
+		unix.SYS_RECVMSG: sysRecvmsg, unix.SYS_SHUTDOWN: sysShutdown,
+		unix.SYS_GETSOCKNAME: sysGetsockname, unix.SYS_GETPEERNAME: sysGetsockname,
+		unix.SYS_GETSOCKOPT: sysGetsockopt, unix.SYS_SETSOCKOPT: sysSetsockopt,
 
 		unix.SYS_BRK: sysBrk, unix.SYS_MMAP: sysMmap, unix.SYS_MUNMAP: sysMunmap,
 		unix.SYS_MPROTECT: sysMprotect, unix.SYS_MADVISE: sysMadvise, unix.SYS_MREMAP: sysMremap,
