@@ -19,10 +19,12 @@ type Process struct {
 	k   *Kernel
 	pid int
 
-	pdeathsig  atomic.Int32 // prctl PR_SET_PDEATHSIG: the signal it gets when its parent dies
-	undumpable atomic.Bool  // prctl PR_SET_DUMPABLE 0 (dumpable again after execve)
-	noNewPrivs atomic.Bool  // prctl PR_SET_NO_NEW_PRIVS (kept across fork and execve)
-	signalfds  []*signalfd  // under mu: the signalfds it made, told of new pending signals
+	pdeathsig  atomic.Int32  // prctl PR_SET_PDEATHSIG: the signal it gets when its parent dies
+	undumpable atomic.Bool   // prctl PR_SET_DUMPABLE 0 (dumpable again after execve)
+	noNewPrivs atomic.Bool   // prctl PR_SET_NO_NEW_PRIVS (kept across fork and execve)
+	signalfds  []*signalfd   // under mu: the signalfds it made, told of new pending signals
+	creds      creds         // under mu: user and group ids (creds.go)
+	credsGen   atomic.Uint64 // counts changes of creds; a child starts at its parent's
 	c          *container
 	fs         *vfs.FS // c.fs
 	fds        *vfs.FDTable

@@ -442,6 +442,7 @@ type procSnap struct {
 	comm                          string
 	brk                           uint64
 	umask                         uint32
+	creds                         creds
 }
 
 func (p *Process) procSnapshot() procSnap {
@@ -461,6 +462,7 @@ func (p *Process) procSnapshot() procSnap {
 		}
 		s.brk, s.umask = p.brkStart, p.umask
 		s.comm = p.commLocked()
+		s.creds = p.creds
 		p.mu.Unlock()
 	}
 	if p.isStopped() {
@@ -502,10 +504,16 @@ func (p *Process) procStatus(asker int) []byte {
 		s.state = 'R'
 	}
 	stateName := map[byte]string{'R': "R (running)", 'S': "S (sleeping)", 'T': "T (stopped)"}[s.state]
+	c := s.creds
+	var groups strings.Builder
+	for _, g := range c.groups {
+		fmt.Fprintf(&groups, "%d ", g)
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Name:\t%s\nUmask:\t%04o\nState:\t%s\nTgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t%d\n"+
-		"TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t%d\nGroups:\t\n",
-		s.comm, s.umask, stateName, s.pid, s.pid, s.ppid, p.fds.Limit())
+		"TracerPid:\t0\nUid:\t%d\t%d\t%d\t%d\nGid:\t%d\t%d\t%d\t%d\nFDSize:\t%d\nGroups:\t%s\n",
+		s.comm, s.umask, stateName, s.pid, s.pid, s.ppid, c.ruid, c.euid, c.suid, c.fsuid,
+		c.rgid, c.egid, c.sgid, c.fsgid, p.fds.Limit(), groups.String())
 	fmt.Fprintf(&b, "VmSize:\t%8d kB\nVmRSS:\t%8d kB\nThreads:\t%d\n", s.vsize>>10, s.rss>>10, s.threads)
 	b.WriteString("SigQ:\t0/0\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000000\n")
 	fmt.Fprintf(&b, "Cpus_allowed_list:\t0-%d\n", max(p.k.sched.N()-1, 0))

@@ -283,13 +283,5 @@ func sysSysinfo(t *Task, a sysargs) (uint64, error) {
 	return 0, k.svc.CopyOut(t.p.as, a[0], b[:])
 }
 
-// getgroups: a container's process has no supplementary groups in the sandbox.
-func sysGetgroups(t *Task, a sysargs) (uint64, error) {
-	if int32(a[0]) < 0 {
-		return 0, unix.EINVAL
-	}
-	return 0, nil
-}
-
 // syslog (dmesg): the kernel's log is not the tenant's to read, as without CAP_SYSLOG.
 func sysSyslog(t *Task, a sysargs) (uint64, error) { return 0, unix.EPERM }

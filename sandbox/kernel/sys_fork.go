@@ -82,6 +82,8 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	p.mu.Lock()
 	child := newProcess(k, pid, p.c, p.cwd)
 	child.noNewPrivs.Store(p.noNewPrivs.Load())
+	child.creds = p.creds // groups are never changed in place (changeCreds copies)
+	child.credsGen.Store(p.credsGen.Load())
 	child.undumpable.Store(p.undumpable.Load())
 	child.umask, child.brkStart, child.brk = p.umask, p.brkStart, p.brk
 	child.sigacts = p.sigacts
@@ -366,10 +368,19 @@ func sysKill(t *Task, a sysargs) (uint64, error) {
 	if len(targets) == 0 {
 		return 0, unix.ESRCH
 	}
+	allowed := targets[:0]
+	for _, q := range targets {
+		if mayKill(t.p, q) {
+			allowed = append(allowed, q)
+		}
+	}
+	if len(allowed) == 0 {
+		return 0, unix.EPERM
+	}
 	if sig == 0 {
 		return 0, nil
 	}
-	for _, q := range targets {
+	for _, q := range allowed {
 		if !q.exited() {
 			q.postInfo(unix.Signal(sig), nil, sigInfo{code: siUser, pid: t.p.pid}) // the sender, as si_pid
 		}

@@ -12,7 +12,7 @@ import (
 )
 
 // Smaller calls programs expect to find: times, clock_getres, fallocate, preadv/pwritev, flock,
-// personality, getresuid/getresgid and getcpu.
+// personality and getcpu.
 
 // times(buf): the process's and its reaped children's CPU times in clock ticks; returns the
 // ticks since the sandbox started.
@@ -161,17 +161,6 @@ func sysPersonality(t *Task, a sysargs) (uint64, error) {
 	}
 	t.p.k.countUnimplemented(unix.SYS_PERSONALITY)
 	return 0, unix.EINVAL
-}
-
-// getresuid and getresgid: the sandbox's tenants run as root (getuid and the rest answer 0).
-func sysGetresid(t *Task, a sysargs) (uint64, error) {
-	var zero [4]byte
-	for _, addr := range a[:3] {
-		if err := t.p.k.svc.CopyOut(t.p.as, addr, zero[:]); err != nil {
-			return 0, err
-		}
-	}
-	return 0, nil
 }
 
 // getcpu(cpu, node, cache): the vCPU the task runs on, node 0.

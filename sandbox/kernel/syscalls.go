@@ -45,8 +45,11 @@ func init() {
 		unix.SYS_SYSLOG: sysSyslog, unix.SYS_TIMES: sysTimes, unix.SYS_CLOCK_GETRES: sysClockGetres,
 		unix.SYS_FALLOCATE: sysFallocate, unix.SYS_PREADV: sysPreadv, unix.SYS_PWRITEV: sysPwritev,
 		unix.SYS_PREADV2: sysPreadv2, unix.SYS_PWRITEV2: sysPwritev2, unix.SYS_FLOCK: sysFlock,
-		unix.SYS_PERSONALITY: sysPersonality, unix.SYS_GETRESUID: sysGetresid,
-		unix.SYS_GETRESGID: sysGetresid, unix.SYS_GETCPU: sysGetcpu,
+		unix.SYS_PERSONALITY: sysPersonality, unix.SYS_GETRESUID: sysGetresuid,
+		unix.SYS_GETRESGID: sysGetresgid, unix.SYS_GETCPU: sysGetcpu,
+		unix.SYS_SETUID: sysSetuid, unix.SYS_SETGID: sysSetgid, unix.SYS_SETREUID: sysSetreuid,
+		unix.SYS_SETREGID: sysSetregid, unix.SYS_SETRESUID: sysSetresuid, unix.SYS_SETRESGID: sysSetresgid,
+		unix.SYS_SETGROUPS: sysSetgroups, unix.SYS_SETFSUID: sysSetfsuid, unix.SYS_SETFSGID: sysSetfsgid,
 		unix.SYS_RT_SIGTIMEDWAIT: sysRtSigtimedwait, unix.SYS_TIMERFD_CREATE: sysTimerfdCreate,
 		unix.SYS_TIMERFD_SETTIME: sysTimerfdSettime, unix.SYS_TIMERFD_GETTIME: sysTimerfdGettime,
 		unix.SYS_INOTIFY_INIT: sysInotifyInit, unix.SYS_INOTIFY_INIT1: sysInotifyInit1,
@@ -63,8 +66,8 @@ func init() {
 		unix.SYS_SENDFILE: sysSendfile,
 
 		unix.SYS_EXIT: sysExit, unix.SYS_EXIT_GROUP: sysExitGroup, unix.SYS_GETPID: sysGetpid,
-		unix.SYS_GETTID: sysGettid, unix.SYS_GETPPID: sysGetppid, unix.SYS_GETUID: sysZero,
-		unix.SYS_GETEUID: sysZero, unix.SYS_GETGID: sysZero, unix.SYS_GETEGID: sysZero,
+		unix.SYS_GETTID: sysGettid, unix.SYS_GETPPID: sysGetppid, unix.SYS_GETUID: sysGetuid,
+		unix.SYS_GETEUID: sysGeteuid, unix.SYS_GETGID: sysGetgid, unix.SYS_GETEGID: sysGetegid,
 		unix.SYS_GETPGRP: sysGetpgrp, unix.SYS_GETPGID: sysGetpgid, unix.SYS_GETSID: sysGetsid,
 		unix.SYS_SETPGID: sysSetpgid, unix.SYS_SETSID: sysSetsid,
 		unix.SYS_FORK: sysFork, unix.SYS_VFORK: sysVfork, unix.SYS_CLONE: sysClone,
@@ -123,6 +126,7 @@ func (t *Task) syscall() {
 		r.Rax = negErrno(unix.ENOSYS)
 		return
 	}
+	t.applyCreds()
 	v, err := fn(t, a)
 	if err != nil {
 		r.Rax = negErrno(errnoOf(t, nr, err))

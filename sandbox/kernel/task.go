@@ -49,6 +49,7 @@ type Task struct {
 
 	spin spinState
 	park park.Parker // the carrier sleeps here in kernel waits that others end directly
+	host hostCreds   // the file system ids the carrier's thread holds (creds.go)
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
@@ -111,6 +112,7 @@ func (t *Task) adapt(elapsed uint64) {
 func (t *Task) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	defer t.dropCreds() // before the thread goes back to the runtime
 	t.recordCarrier()
 	defer t.carrierDone()
 	t.p.mu.Lock() // others find the task's kt under p.mu (sys_sched.go)
