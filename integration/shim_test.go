@@ -97,6 +97,16 @@ func TestShimExitStatus(t *testing.T) {
 	noLeftovers(t, c, "endo-exit2")
 }
 
+// The OCI process user (ctr run --user) is the id the container's process runs as.
+func TestShimProcessUser(t *testing.T) {
+	c, img := startEndo(t)
+	out, stderr, err := c.Ctr("run", "--rm", "--runtime", harness.RuntimeEndo, "--user", "1000:1001", img, "endo-user",
+		"sh", "-c", "id -u; id -g")
+	require.NoError(t, err, "containerd log:\n%s", c.LogTail(30))
+	require.Equal(t, "1000\n1001\n", out, "stderr: %s", stderr)
+	noLeftovers(t, c, "endo-user")
+}
+
 func TestShimUnameIsTheSandboxKernel(t *testing.T) {
 	c, img := startEndo(t)
 	out, _, err := c.Ctr("run", "--rm", "--runtime", harness.RuntimeEndo, img, "endo-uname", "uname", "-r", "-v")

@@ -36,7 +36,7 @@ type Process struct {
 	// ConsoleWidth and ConsoleHeight are the terminal's first size (0: not given).
 	ConsoleWidth  uint `json:"console_width,omitempty"`
 	ConsoleHeight uint `json:"console_height,omitempty"`
-	// UID, GID and AdditionalGids are recorded; the tenant runs as root inside the sandbox for now.
+	// UID, GID and AdditionalGids are the ids the process runs as in the sandbox.
 	UID            uint32   `json:"uid,omitempty"`
 	GID            uint32   `json:"gid,omitempty"`
 	AdditionalGids []uint32 `json:"additional_gids,omitempty"`

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,5 +17,19 @@ func TestDroppedCredentialsAreEnforced(t *testing.T) {
 	require.Equal(t, 0, want.code, want.stdout+want.stderr)
 	require.Equal(t, 14, strings.Count(want.stdout, ": ok\n"), want.stdout)
 	require.Equal(t, want, endo(t, "/bin/creds"))
+	requireNoStubs(t)
+}
+
+// A process started as another user (the OCI process user; endo run --user) runs as it from its
+// first instruction: its ids, and the host's checks of its file accesses.
+func TestProcessUserFromTheStart(t *testing.T) {
+	secret := filepath.Join(rootfs, "rootonly")
+	require.NoError(t, os.WriteFile(secret, []byte("secret\n"), 0o600))
+	defer os.Remove(secret)
+	got := runCmd(t, "", endoBin, "run", "--user", "1000:1001", "--rootfs", rootfs, "--", "sh", "-c",
+		`id -u; id -g; grep '^Uid:' /proc/self/status; cat /rootonly || echo refused`)
+	require.Equal(t, "1000\n1001\nUid:\t1000\t1000\t1000\t1000\nrefused\n", got.stdout, got.stderr)
+	require.Contains(t, got.stderr, "Permission denied")
+	require.Equal(t, "secret\n", endo(t, "cat", "/rootonly").stdout, "root still reads it")
 	requireNoStubs(t)
 }

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -78,6 +79,7 @@ func run(args []string) int {
 	report := fs.Bool("report", false, "print the system calls the program made that Endo does not implement")
 	memory := fs.Int64("memory", defaultMemoryGB<<30, "the sandbox's memory (its grant), in bytes")
 	cpus := fs.Int("cpus", 0, "vCPUs (0: the host's)")
+	user := fs.String("user", "", "UID[:GID] the program runs as (default root)")
 	cwd := fs.String("cwd", "/", "working directory inside the sandbox")
 	cpuprofile := fs.String("cpuprofile", "", "write the sandbox's CPU profile to this file")
 	probe := fs.Bool("probe", false, "sample how many sandbox threads Linux has runnable at once, and report the most")
@@ -137,8 +139,22 @@ func run(args []string) int {
 	// are caught from before the program starts.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	var uid, gid uint64
+	if *user != "" {
+		u, g, hasGid := strings.Cut(*user, ":")
+		var err1, err2 error
+		uid, err1 = strconv.ParseUint(u, 10, 32)
+		gid = uid
+		if hasGid {
+			gid, err2 = strconv.ParseUint(g, 10, 32)
+		}
+		if err1 != nil || err2 != nil {
+			fmt.Fprintf(os.Stderr, "endo: --user %q: want UID or UID:GID\n", *user)
+			return exitEndoError
+		}
+	}
 	p, err := k.Spawn(kernel.ProcessSpec{
-		Rootfs: *rootfs, Argv: argv, Env: env, Cwd: *cwd,
+		Rootfs: *rootfs, Argv: argv, Env: env, Cwd: *cwd, UID: uint32(uid), GID: uint32(gid),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})
 	if err != nil {

@@ -38,6 +38,9 @@ type ProcessSpec struct {
 	Argv      []string // Argv[0] is resolved against PATH in Env when it has no slash
 	Env       []string
 	Cwd       string // absolute, inside the container; "" means "/"
+	// The user and groups the process runs as (the OCI process user); all zero: root.
+	UID, GID uint32
+	Groups   []uint32
 	// Host files given to the tenant as fds 0, 1 and 2; nil means /dev/null.
 	Stdin, Stdout, Stderr *os.File
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -274,6 +275,12 @@ func (k *Kernel) Spawn(spec ProcessSpec) (*Process, error) {
 		return nil, err
 	}
 	p := newProcess(k, pid, c, cwd)
+	if spec.UID != 0 || spec.GID != 0 || len(spec.Groups) > 0 {
+		u, g := spec.UID, spec.GID
+		p.creds = creds{ruid: u, euid: u, suid: u, fsuid: u, rgid: g, egid: g, sgid: g, fsgid: g,
+			groups: slices.Clone(spec.Groups)}
+		p.credsGen.Store(1) // its tasks' carriers take these at their first call
+	}
 	if err := p.start(img, spec); err != nil {
 		p.discard()
 		return nil, err
