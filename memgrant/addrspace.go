@@ -924,6 +924,19 @@ func (as *AddressSpace) Translate(addr uint64) (Frame, bool) {
 	return p.frame, p.present()
 }
 
+// SharedFrame returns the frame under addr when addr lies in shared anonymous memory (MapShared),
+// which every address space mapping it reaches through the same frame; false otherwise, or when
+// the page is not present.
+func (as *AddressSpace) SharedFrame(addr uint64) (Frame, bool) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if _, v := as.find(addr); v == nil || v.flags&MapShared == 0 {
+		return 0, false
+	}
+	p := as.pt.get(addr &^ (PageSize - 1))
+	return p.frame, p.present()
+}
+
 // ResidentBytes returns the bytes of the pages present in the address space.
 func (as *AddressSpace) ResidentBytes() int64 {
 	as.mu.Lock()

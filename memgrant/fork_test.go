@@ -465,3 +465,25 @@ func TestForkOverMapsOnlyWhatDiffers(t *testing.T) {
 	f, _ := x.as.Translate(heap + 9*PageSize)
 	require.Equal(t, 2, x.g.Refs(f), "the parent's and the second child's: the first child's went")
 }
+
+// A futex in shared memory is named by its frame: the same in the parent and a child, while
+// a private page's frame (shared copy-on-write after a fork) is not offered.
+func TestSharedFrameNamesSharedMemoryOnly(t *testing.T) {
+	x := newTestAS(t, 16<<20, 8<<20, Layout{EagerLimit: 4 * PageSize})
+	sh, err := x.as.Map(0, 2*PageSize, ProtRead|ProtWrite, MapShared, "shm", nil)
+	require.NoError(t, err)
+	priv, err := x.as.Map(0, PageSize, ProtRead|ProtWrite, 0, "private", nil)
+	require.NoError(t, err)
+	c := fork(t, x)
+	pf, ok := x.as.SharedFrame(sh + PageSize + 8)
+	require.True(t, ok)
+	cf, ok := c.as.SharedFrame(sh + PageSize + 8)
+	require.True(t, ok)
+	require.Equal(t, pf, cf)
+	other, _ := x.as.SharedFrame(sh)
+	require.NotEqual(t, pf, other, "each page its own frame")
+	_, ok = x.as.SharedFrame(priv)
+	require.False(t, ok)
+	_, ok = x.as.SharedFrame(0x1000)
+	require.False(t, ok, "nothing mapped there")
+}

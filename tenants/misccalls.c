@@ -1,6 +1,6 @@
 /*
  * Smaller calls programs expect: rt_sigtimedwait (as container inits use it), times,
- * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd, fcntl record locks, memfd. Prints one
+ * clock_getres, fallocate, preadv/pwritev, flock, personality, getresuid, getcpu, timerfd, inotify, signalfd, fcntl record locks, memfd, futexes shared between processes. Prints one
  * line per check, the same natively (as root) and in Endo.
  */
 #define _GNU_SOURCE
@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/personality.h>
 #include <sys/signalfd.h>
@@ -257,5 +259,47 @@ int main(void)
 	CHECK("memfd mapped", mp != MAP_FAILED && memcmp(mp, "hello", 5) == 0);
 	CHECK("memfd sealed", fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK) == 0 &&
 				      (fcntl(mfd, F_GET_SEALS) & F_SEAL_WRITE) && write(mfd, "x", 1) == -1 && errno == EPERM);
+
+	/* A futex in shared memory meets across processes; so do process-shared condition variables. */
+	struct shared {
+		int word;
+		pthread_mutex_t mu;
+		pthread_cond_t cv;
+		int ready;
+	} *sh = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pthread_mutexattr_t ma;
+	pthread_condattr_t ca;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+	pthread_mutex_init(&sh->mu, &ma);
+	pthread_cond_init(&sh->cv, &ca);
+	pid = fork();
+	if (pid == 0) {
+		struct timespec five = { 5, 0 };
+		long r = syscall(SYS_futex, &sh->word, FUTEX_WAIT, 0, &five, 0, 0);
+		int ok = r == 0 && sh->word == 1;
+		pthread_mutex_lock(&sh->mu);
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += 5;
+		int waited = 0;
+		while (!sh->ready && waited == 0)
+			waited = pthread_cond_timedwait(&sh->cv, &sh->mu, &until);
+		ok = ok && sh->ready;
+		pthread_mutex_unlock(&sh->mu);
+		_exit(ok ? 0 : 1);
+	}
+	usleep(100 * 1000);
+	sh->word = 1;
+	syscall(SYS_futex, &sh->word, FUTEX_WAKE, 1, 0, 0, 0);
+	usleep(100 * 1000);
+	pthread_mutex_lock(&sh->mu);
+	sh->ready = 1;
+	pthread_cond_signal(&sh->cv);
+	pthread_mutex_unlock(&sh->mu);
+	waitpid(pid, &status, 0);
+	CHECK("futex and condition variable shared with a child", WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	return 0;
 }

@@ -12,16 +12,29 @@ import (
 
 // Futexes are the kernel's own: a wait queue per (address space, address). The value check and
 // the enqueue happen under one lock that every wake takes too, so a waker that changed the word
-// before waking cannot be missed. Futexes shared between processes through shared memory are
-// keyed per address space, so they do not meet yet.
+// before waking cannot be missed. A futex is named by its address space and address; one in
+// shared memory, used without FUTEX_PRIVATE_FLAG, by its frame instead, so that the processes
+// that share the memory meet there (process-shared mutexes and semaphores).
 type futexTable struct {
 	mu     sync.Mutex
 	queues map[futexKey][]*futexWaiter
 }
 
 type futexKey struct {
-	as   *memgrant.AddressSpace
-	addr uint64
+	as    *memgrant.AddressSpace // nil for a futex in shared memory
+	addr  uint64                 // the address, or the offset in its frame
+	frame memgrant.Frame
+}
+
+// futexKeyOf names the futex at addr for a call with op's flags.
+func (t *Task) futexKeyOf(addr, op uint64) futexKey {
+	as := t.p.as
+	if op&futexPrivateFlag == 0 {
+		if f, ok := as.SharedFrame(addr); ok {
+			return futexKey{addr: addr & (memgrant.PageSize - 1), frame: f}
+		}
+	}
+	return futexKey{as: as, addr: addr}
 }
 
 type futexWaiter struct {
@@ -43,10 +56,10 @@ const (
 	futexCmdMask       = ^uint64(futexPrivateFlag | futexClockRealtime)
 )
 
-func (ft *futexTable) wake(as *memgrant.AddressSpace, addr uint64, n int, bitset uint32) int {
+func (ft *futexTable) wake(key futexKey, n int, bitset uint32) int {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
-	return ft.wakeLocked(futexKey{as, addr}, n, bitset)
+	return ft.wakeLocked(key, n, bitset)
 }
 
 func (ft *futexTable) wakeLocked(key futexKey, n int, bitset uint32) int {
@@ -103,19 +116,19 @@ func sysFutex(t *Task, a sysargs) (uint64, error) {
 	ft := &t.p.k.futexes
 	switch op & futexCmdMask {
 	case futexOpWait:
-		return t.futexWait(addr, val, a[3], false, op&futexClockRealtime != 0, futexBitsetAny)
+		return t.futexWait(t.futexKeyOf(addr, op), addr, val, a[3], false, op&futexClockRealtime != 0, futexBitsetAny)
 	case futexOpWaitBitset:
 		if uint32(a[5]) == 0 {
 			return 0, unix.EINVAL
 		}
-		return t.futexWait(addr, val, a[3], true, op&futexClockRealtime != 0, uint32(a[5]))
+		return t.futexWait(t.futexKeyOf(addr, op), addr, val, a[3], true, op&futexClockRealtime != 0, uint32(a[5]))
 	case futexOpWake:
-		return uint64(ft.wake(t.p.as, addr, int(int32(val)), futexBitsetAny)), nil
+		return uint64(ft.wake(t.futexKeyOf(addr, op), int(int32(val)), futexBitsetAny)), nil
 	case futexOpWakeBitset:
 		if uint32(a[5]) == 0 {
 			return 0, unix.EINVAL
 		}
-		return uint64(ft.wake(t.p.as, addr, int(int32(val)), uint32(a[5]))), nil
+		return uint64(ft.wake(t.futexKeyOf(addr, op), int(int32(val)), uint32(a[5]))), nil
 	case futexOpRequeue, futexOpCmpRequeue:
 		ft.mu.Lock()
 		defer ft.mu.Unlock()
@@ -128,7 +141,7 @@ func sysFutex(t *Task, a sysargs) (uint64, error) {
 				return 0, unix.EAGAIN
 			}
 		}
-		from, to := futexKey{t.p.as, addr}, futexKey{t.p.as, a[4]}
+		from, to := t.futexKeyOf(addr, op), t.futexKeyOf(a[4], op)
 		n := ft.wakeLocked(from, int(int32(val)), futexBitsetAny)
 		moved := 0
 		for len(ft.queues[from]) > 0 && moved < int(int32(a[3])) {
@@ -148,7 +161,7 @@ func sysFutex(t *Task, a sysargs) (uint64, error) {
 
 // futexWait sleeps while the word at addr holds val, without a vCPU, until a wake, the timeout
 // (relative, or absolute for the bitset form) or a signal.
-func (t *Task) futexWait(addr uint64, val uint32, tsAddr uint64, absolute, realtime bool, bitset uint32) (uint64, error) {
+func (t *Task) futexWait(key futexKey, addr uint64, val uint32, tsAddr uint64, absolute, realtime bool, bitset uint32) (uint64, error) {
 	var deadline time.Time
 	if tsAddr != 0 {
 		d, err := t.readTimespec(tsAddr)
@@ -167,7 +180,6 @@ func (t *Task) futexWait(addr uint64, val uint32, tsAddr uint64, absolute, realt
 		deadline = time.Now().Add(d)
 	}
 	ft := &t.p.k.futexes
-	key := futexKey{t.p.as, addr}
 	w := &futexWaiter{bitset: bitset, task: t}
 	ticket := t.park.Ticket()
 	ft.mu.Lock()

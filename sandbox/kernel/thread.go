@@ -85,7 +85,7 @@ func (t *Task) exitThread() {
 	if t.clearTID != 0 {
 		var zero [4]byte
 		if t.p.k.svc.CopyOut(t.p.as, t.clearTID, zero[:]) == nil {
-			t.p.k.futexes.wake(t.p.as, t.clearTID, 1, futexBitsetAny)
+			t.p.k.futexes.wake(t.futexKeyOf(t.clearTID, 0), 1, futexBitsetAny)
 		}
 	}
 	t.th.Exit()
