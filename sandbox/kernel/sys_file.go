@@ -168,6 +168,26 @@ func (t *Task) transfer(f *vfs.File, bufs [][]byte, write bool) (int, error) {
 	}
 }
 
+// gather returns one buffer for a transfer of tenant buffers through the sandbox (at most
+// bounceMax bytes), holding their bytes when fill is set (a write).
+func gather(bufs [][]byte, fill bool) []byte {
+	bounce := make([]byte, min(totalLen(bufs), bounceMax))
+	if fill {
+		n := 0
+		for _, b := range bufs {
+			n += copy(bounce[n:], b)
+		}
+	}
+	return bounce
+}
+
+// scatter copies what a read put in a gathered buffer out to the tenant buffers.
+func scatter(bufs [][]byte, data []byte) {
+	for _, b := range bufs {
+		data = data[copy(b, data):]
+	}
+}
+
 func totalLen(bufs [][]byte) int {
 	n := 0
 	for _, b := range bufs {

@@ -100,16 +100,8 @@ func positionedIO(t *Task, a sysargs, write, v2 bool) (uint64, error) {
 	if err != nil || len(bufs) == 0 {
 		return 0, err
 	}
-	total := 0
-	for _, b := range bufs {
-		total += len(b)
-	}
-	bounce := make([]byte, min(total, bounceMax))
+	bounce := gather(bufs, write)
 	if write {
-		n := 0
-		for _, b := range bufs {
-			n += copy(bounce[n:], b)
-		}
 		w, err := f.Pwrite(bounce, off)
 		return uint64(w), err
 	}
@@ -117,10 +109,7 @@ func positionedIO(t *Task, a sysargs, write, v2 bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	rest := bounce[:n]
-	for _, b := range bufs {
-		rest = rest[copy(b, rest):]
-	}
+	scatter(bufs, bounce[:n])
 	return uint64(n), nil
 }
 

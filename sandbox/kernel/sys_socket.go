@@ -195,25 +195,12 @@ func msgIO(t *Task, a sysargs, send bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	total := 0
-	for _, b := range bufs {
-		total += len(b)
-	}
-	bounce := make([]byte, min(total, bounceMax))
-	if send {
-		n := 0
-		for _, b := range bufs {
-			n += copy(bounce[n:], b)
-		}
-	}
+	bounce := gather(bufs, send)
 	n, err := t.sockIO(f, bounce, int(a[2]), send)
 	if err != nil || send {
 		return uint64(n), err
 	}
-	rest := bounce[:min(n, len(bounce))]
-	for _, b := range bufs {
-		rest = rest[copy(b, rest):]
-	}
+	scatter(bufs, bounce[:min(n, len(bounce))])
 	// No name, no control data, no flags back.
 	le.PutUint32(hdr[8:], 0)
 	le.PutUint64(hdr[40:], 0)
