@@ -228,15 +228,26 @@ func sysGetsockname(t *Task, a sysargs) (uint64, error) {
 }
 
 // getsockopt and setsockopt: SOL_SOCKET options of the host socket, as they are.
-func sysGetsockopt(t *Task, a sysargs) (uint64, error) {
+
+// optionSocket is the socket of getsockopt(fd, level, ...) or setsockopt: only SOL_SOCKET.
+func (t *Task) optionSocket(a sysargs) (*vfs.File, error) {
 	f, err := t.socket(a[0])
+	if err != nil {
+		return nil, err
+	}
+	if a[1] != unix.SOL_SOCKET {
+		f.DecRef()
+		return nil, unix.ENOPROTOOPT
+	}
+	return f, nil
+}
+
+func sysGetsockopt(t *Task, a sysargs) (uint64, error) {
+	f, err := t.optionSocket(a)
 	if err != nil {
 		return 0, err
 	}
 	defer f.DecRef()
-	if a[1] != unix.SOL_SOCKET {
-		return 0, unix.ENOPROTOOPT
-	}
 	var l [4]byte
 	if err := t.p.k.svc.CopyIn(t.p.as, l[:], a[4]); err != nil {
 		return 0, err
@@ -258,14 +269,11 @@ func sysGetsockopt(t *Task, a sysargs) (uint64, error) {
 }
 
 func sysSetsockopt(t *Task, a sysargs) (uint64, error) {
-	f, err := t.socket(a[0])
+	f, err := t.optionSocket(a)
 	if err != nil {
 		return 0, err
 	}
 	defer f.DecRef()
-	if a[1] != unix.SOL_SOCKET {
-		return 0, unix.ENOPROTOOPT
-	}
 	if a[4] < 4 {
 		return 0, unix.EINVAL
 	}
