@@ -44,7 +44,10 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"SLOT_ERR": slotErr, "SLOT_TRAPNO": slotTrapno, "SLOT_REGS": slotRegs, "SLOT_FPSTATE": slotFPState,
 		"STATE_DEAD": stateDead, "STATE_TRAPPED": stateTrapped, "STATE_RESUME": stateResume,
 		"SLOT_F_SET_FS": slotFSetFS, "SLOT_F_EXIT": slotFExit, "SLOT_F_RESET_FPU": slotFResetFPU,
-		"SIG_PREEMPT": sigPreempt,
+		"SIG_PREEMPT": sigPreempt, "SLOT_KICK": slotKick, "SLOT_RUNNER": slotRunner,
+		"RUN_CUR": runCur, "RUN_NEXT": runNext, "RUN_WORD": runWord, "RUN_SLEEPING": runSleeping,
+		"RUN_ALIVE": runAlive, "RUN_NONE": runNone, "BLOCK_FPAREA": blockFPArea,
+		"BLOCK_FPSIZE": blockFPSize, "BLOCK_SIGSTACK": blockSigstack, "STATE_PARKED": stateParked,
 	}
 	f, err := os.Open("stub/stub.h")
 	require.NoError(t, err)

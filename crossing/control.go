@@ -102,16 +102,18 @@ func (s *Stub) runBatch(ops []cmdOp) (int64, error) {
 }
 
 // NewThread makes a new tenant thread in the stub, stopped at its first trap (the boot ping),
-// ready for its registers.
+// ready for its registers. An idle runner will run it if there is one; otherwise the control
+// thread starts a new runner, which boots holding it.
 func (s *Stub) NewThread() (*Thread, error) {
 	s.cmdMu.Lock()
 	defer s.cmdMu.Unlock()
 	s.mu.Lock()
-	i := -1
-	for j := 1; j < sysmsgMaxThreads; j++ {
-		if s.threads[j] == nil {
+	i, contexts := -1, 1 // with the new one
+	for j := 0; j < sysmsgMaxThreads; j++ {
+		if s.threads[j] != nil {
+			contexts++
+		} else if i < 0 && j > 0 {
 			i = j
-			break
 		}
 	}
 	s.mu.Unlock()
@@ -122,16 +124,31 @@ func (s *Stub) NewThread() (*Thread, error) {
 	if err != nil {
 		return nil, err
 	}
+	atomic.StoreUint64(s.u64(t.base+slotFPState), 0)
+	n := int(s.nrunners.Load())
+	if contexts <= n {
+		// As many runners as contexts: its resume finds an idle one. Stopped as if at a boot
+		// ping meanwhile.
+		*t.Regs = unix.PtraceRegs{Orig_rax: unix.SYS_GETPID}
+		atomic.StoreUint32(s.u32(t.base+slotSigno), uint32(unix.SIGSYS))
+		atomic.StoreUint32(t.runnerIdx, runNone)
+		atomic.StoreUint32(t.state, stateTrapped)
+		return t, nil
+	}
+	r := n
+	s.initRunner(r, i)
+	atomic.StoreUint32(t.runnerIdx, uint32(r))
 	atomic.StoreUint32(t.state, stateResume)
-	block := uint64(SysmsgBase + t.base)
-	tid, err := s.runBatch([]cmdOp{{kind: opClone, addr: block + slotState,
-		length: block + 0x1000, prot: 0, off: sysmsgBlock - 0x1000}})
+	block := uint64(SysmsgBase + sysmsgThreads + r*sysmsgBlock)
+	tid, err := s.runBatch([]cmdOp{{kind: opClone, addr: block + runAlive,
+		length: block + blockSigstack, prot: 0, off: sysmsgBlock - blockSigstack}})
 	if err != nil {
 		t.Release()
 		return nil, err
 	}
-	t.tid = int(tid)
-	// The new thread reads its signal stack from the command page: it must have trapped (and so
+	s.tids[r].Store(int32(tid))
+	s.nrunners.Store(int32(r + 1))
+	// The new runner reads its signal stack from the command page: it must have trapped (and so
 	// be done with it) before the page is written again, which cmdMu holds off.
 	if err := t.wait(0); err != nil {
 		t.Release()

@@ -60,10 +60,24 @@ const (
 	slotRegs            = 64
 	slotFPState         = 280
 	slotKicked          = 288
+	slotKick            = 292
+	slotRunner          = 296
+
+	runCur      = 0x180
+	runNext     = 0x184
+	runWord     = 0x188
+	runSleeping = 0x18c
+	runAlive    = 0x190
+	runNone     = 0xffffffff
+
+	blockFPArea   = 0x1000
+	blockFPSize   = 0x1000
+	blockSigstack = 0x2000
 
 	stateDead    = 0
 	stateTrapped = 2
 	stateResume  = 3
+	stateParked  = 4
 
 	slotFSetFS    = 1
 	slotFExit     = 2

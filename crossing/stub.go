@@ -127,6 +127,101 @@ type Stub struct {
 	mu      sync.Mutex
 	threads [sysmsgMaxThreads]*Thread
 	killed  atomic.Bool // Kill was called: the stub is going, it must not be reused
+
+	// Runners are the stub's host threads that run tenant contexts: runner i lives in block i.
+	// They are made as contexts need them and last as long as the stub.
+	nrunners atomic.Int32
+	tids     [sysmsgMaxThreads]atomic.Int32
+	idleSeq  atomic.Uint64
+	idleAt   [sysmsgMaxThreads]atomic.Uint64 // when each runner last went idle (idleSeq)
+}
+
+func (s *Stub) runnerU32(r, off int) *uint32 { return s.u32(sysmsgThreads + r*sysmsgBlock + off) }
+
+func (s *Stub) runnerTid(r int) int { return int(s.tids[r].Load()) }
+
+// Runners lists the host thread ids of the stub's runners.
+func (s *Stub) Runners() []int {
+	n := int(s.nrunners.Load())
+	tids := make([]int, n)
+	for i := range tids {
+		tids[i] = s.runnerTid(i)
+	}
+	return tids
+}
+
+// initRunner readies block r's runner fields for a runner that starts holding context c.
+func (s *Stub) initRunner(r, c int) {
+	atomic.StoreUint32(s.runnerU32(r, runNext), runNone)
+	atomic.StoreUint32(s.runnerU32(r, runCur), uint32(c))
+}
+
+// attachIdle gives context t to an idle runner (one holding no context) and returns it, or -1.
+//
+// The runner that went idle last goes first: runners that take turns stay the same few host
+// threads (Linux spreads them over its CPUs once and for all), and a long-idle one is not woken
+// wherever its waker runs, next to a busy one.
+func (s *Stub) attachIdle(t *Thread) int {
+	n := int(s.nrunners.Load())
+	for {
+		best, stamp := -1, uint64(0)
+		for r := 0; r < n; r++ {
+			if atomic.LoadUint32(s.runnerU32(r, runCur)) == runNone {
+				if st := s.idleAt[r].Load(); best < 0 || st > stamp {
+					best, stamp = r, st
+				}
+			}
+		}
+		if best < 0 {
+			return -1
+		}
+		if atomic.CompareAndSwapUint32(s.runnerU32(best, runCur), runNone, uint32(t.index)) {
+			atomic.StoreUint32(t.runnerIdx, uint32(best))
+			return best
+		}
+	}
+}
+
+// wakeRunner tells runner r that what it waits for may have changed.
+func (s *Stub) wakeRunner(r int) {
+	w := s.runnerU32(r, runWord)
+	atomic.AddUint32(w, 1)
+	if atomic.LoadUint32(s.runnerU32(r, runSleeping)) != 0 {
+		futexWake(w)
+	}
+}
+
+// idled carries out a switch ordered to runner r that its stub will not see, now that r holds
+// no context (the one it was to leave stopped in the sandbox and left it), and wakes r.
+func (s *Stub) idled(r int) {
+	s.idleAt[r].Store(s.idleSeq.Add(1))
+	if o := atomic.SwapUint32(s.runnerU32(r, runNext), runNone); o != runNone {
+		s.servePending(r, o)
+	}
+	s.wakeRunner(r)
+}
+
+// servePending runs the context a stale switch order named (a value out of range orders no
+// context) on an idle runner, preferably r (-1: any).
+func (s *Stub) servePending(r int, order uint32) {
+	if order >= sysmsgMaxThreads {
+		return
+	}
+	s.mu.Lock()
+	to := s.threads[order]
+	s.mu.Unlock()
+	if to == nil {
+		return
+	}
+	if r >= 0 && atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), runNone, order) {
+		atomic.StoreUint32(to.runnerIdx, uint32(r))
+		if !atomic.CompareAndSwapUint32(to.state, stateParked, stateResume) {
+			atomic.StoreUint32(to.runnerIdx, runNone)
+			atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), order, runNone)
+		}
+		return
+	}
+	to.post(stateParked, 0, 0)
 }
 
 // Spawn starts a stub process whose memory comes from grant and which maps the call table calls
@@ -174,11 +269,14 @@ func Spawn(grant *os.File, calls *Calls) (*Stub, *Thread, error) {
 		return fail(err)
 	}
 
-	// Thread 0 is the stub's main thread: it is "resumed" until its boot ping arrives.
+	// Thread 0 is the stub's main thread, run by runner 0: it is "resumed" until its boot ping
+	// arrives.
 	t, err := s.newThread(0)
 	if err != nil {
 		return fail(err)
 	}
+	s.initRunner(0, 0)
+	atomic.StoreUint32(t.runnerIdx, 0)
 	atomic.StoreUint32(t.state, stateResume)
 
 	var p [2]int
@@ -209,7 +307,8 @@ func Spawn(grant *os.File, calls *Calls) (*Stub, *Thread, error) {
 		return fail(fmt.Errorf("start stub: %w", err))
 	}
 	s.proc, s.pid = proc, proc.Pid
-	t.tid = proc.Pid
+	s.tids[0].Store(int32(proc.Pid))
+	s.nrunners.Store(1)
 	go s.reap()
 
 	// The first trap is the boot ping; wait for it with a deadline, so that a stub that
@@ -317,7 +416,9 @@ func (s *Stub) Reusable() (*Thread, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.threads[0]
-	if t == nil || s.sysmsg == nil || atomic.LoadUint32(t.state) != stateTrapped {
+	// A stub that has had threads keeps their runners: it is not reused.
+	if t == nil || s.sysmsg == nil || atomic.LoadUint32(t.state) != stateTrapped ||
+		s.nrunners.Load() != 1 || t.runner() != 0 {
 		return nil, false
 	}
 	for _, o := range s.threads[1:] {

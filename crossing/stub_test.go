@@ -1,10 +1,13 @@
 package crossing
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/endovisor/endo/memgrant"
 	"github.com/stretchr/testify/require"
@@ -171,4 +174,74 @@ func TestStubsShareTheVDSOAddress(t *testing.T) {
 	b, _ := startTenant(t, []byte{0x0f, 0x05})
 	require.NotZero(t, a.VDSO())
 	require.Equal(t, a.VDSO(), b.VDSO())
+}
+
+// xmm0 in an fxsave image (the legacy area's first XMM register).
+func xmm0(fp []byte) uint64 { return binary.LittleEndian.Uint64(fp[160:]) }
+
+// waitState waits until the context reaches state st (the stub writes it).
+func waitState(t *testing.T, th *Thread, st uint32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for atomic.LoadUint32(th.state) != st {
+		require.True(t, time.Now().Before(deadline), "context %d stays in state %d, not %d", th.index, atomic.LoadUint32(th.state), st)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A runner parks its context and takes another of the same stub on its own, registers and FPU
+// state included; the parked one goes on later on another runner where it stopped.
+func TestRunnerSwitchesContexts(t *testing.T) {
+	code := []byte{
+		0x48, 0xff, 0xc3, // loop: inc %rbx
+		0x66, 0x48, 0x0f, 0x6e, 0xc3, // movq %rbx, %xmm0
+		0xeb, 0xf6, // jmp loop
+	}
+	s, a := startTenant(t, code)
+	b, err := s.NewThread()
+	require.NoError(t, err)
+	*b.Regs = unix.PtraceRegs{Rip: codeAddr, Rsp: stackAddr + 2048, Eflags: 0x202, Rbx: 1 << 40}
+	a.Regs.Rbx = 0
+
+	// b runs on its own runner, is stopped, and parks: its runner goes idle.
+	require.True(t, b.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	time.Sleep(5 * time.Millisecond) // let it count
+	b.Kick()
+	require.NoError(t, b.Wait())
+	require.Equal(t, TrapPreempt, b.Trap().Kind)
+	counted := b.Regs.Rbx
+	require.Greater(t, counted, uint64(1<<40))
+	require.True(t, b.Park())
+	require.True(t, b.Parked())
+	require.Zero(t, b.Tid(), "a parked context is on no runner")
+
+	// a runs on runner 0; the switch makes runner 0 park a and run b, waking nobody.
+	require.True(t, a.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	time.Sleep(5 * time.Millisecond)
+	require.True(t, a.Switch(b))
+	waitState(t, a, stateParked)
+	waitState(t, b, stateResume)
+	require.Equal(t, s.Pid(), b.Tid(), "b now runs on runner 0, the stub's main thread")
+	aCount := a.Regs.Rbx
+	require.Greater(t, aCount, uint64(0))
+	require.Equal(t, aCount, xmm0(a.FPState()), "a's FPU state went with its registers")
+
+	time.Sleep(5 * time.Millisecond)
+	b.Kick()
+	require.NoError(t, b.Wait())
+	require.Equal(t, TrapPreempt, b.Trap().Kind)
+	require.Greater(t, b.Regs.Rbx, counted, "b went on from where it stopped")
+	require.Equal(t, b.Regs.Rbx, xmm0(b.FPState()), "b's FPU state came to runner 0")
+
+	// a goes on, on the idle runner.
+	require.True(t, a.ResumeParked(0))
+	time.Sleep(5 * time.Millisecond)
+	a.Kick()
+	require.NoError(t, a.Wait())
+	require.Equal(t, TrapPreempt, a.Trap().Kind)
+	require.Greater(t, a.Regs.Rbx, aCount)
+	require.Less(t, a.Regs.Rbx, uint64(1<<40), "a's own count, not b's")
+	require.Equal(t, a.Regs.Rbx, xmm0(a.FPState()))
+	require.NotEqual(t, s.Pid(), a.Tid())
+	require.ElementsMatch(t, []int{s.Pid(), a.Tid()}, s.Runners())
 }

@@ -4,23 +4,28 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Thread is one stub thread as the sandbox drives it: its slot in the sysmsg file.
+// Thread is one tenant thread of a stub as the sandbox drives it: a context (its slot in the
+// sysmsg file: registers, trap, FPU state). The stub's host threads, its runners, run contexts;
+// a runner runs one at a time and may park it and take another of the same stub (Switch) without
+// waking anyone. There are always at least as many runners as contexts, so a context off every
+// runner finds an idle one when it is resumed.
 type Thread struct {
 	stub  *Stub
 	index int
 	base  int // offset of its slot in the sysmsg file
-	tid   int // host thread id
 
 	state, sandboxSleeping, stubSleeping *uint32
-	flags                                *uint32
+	flags, kick, runnerIdx               *uint32
 	spin                                 *uint64
 
 	// Regs are the thread's registers as of its last trap; change them before Resume.
@@ -44,6 +49,8 @@ func (s *Stub) newThread(i int) (*Thread, error) {
 		sandboxSleeping: s.u32(base + slotSandboxSleeping),
 		stubSleeping:    s.u32(base + slotStubSleeping),
 		flags:           s.u32(base + slotFlags),
+		kick:            s.u32(base + slotKick),
+		runnerIdx:       s.u32(base + slotRunner),
 		spin:            s.u64(base + slotSpin),
 		Regs:            s.regsAt(base + slotRegs),
 	}
@@ -57,8 +64,23 @@ func (t *Thread) Index() int { return t.index }
 // Stub is the process the thread belongs to.
 func (t *Thread) Stub() *Stub { return t.stub }
 
-// Tid is the host thread id, for the preemption signal.
-func (t *Thread) Tid() int { return t.tid }
+// Tid is the host thread id of the runner that holds the context now, 0 if none does.
+func (t *Thread) Tid() int {
+	if r := t.runner(); r >= 0 {
+		return t.stub.runnerTid(r)
+	}
+	return 0
+}
+
+// runner is the runner holding the context, or -1. The stub writes the field; a value out of
+// range (tenant code can write the sysmsg file) reads as none.
+func (t *Thread) runner() int {
+	r := atomic.LoadUint32(t.runnerIdx)
+	if int(r) >= int(t.stub.nrunners.Load()) {
+		return -1
+	}
+	return int(r)
+}
 
 // Dead reports whether the thread has ended (its exit cleared its state word), or its whole
 // stub has been released (the state word is gone with the sysmsg mapping).
@@ -139,7 +161,7 @@ const (
 // when a CPU is free for the spinning side. It returns ErrStubDead if the thread or its process
 // ended meanwhile.
 func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
-	if !t.post(uint32(flags), stubSpin) {
+	if !t.post(stateTrapped, uint32(flags), stubSpin) {
 		return ErrStubDead
 	}
 	return t.wait(sandboxSpin)
@@ -168,21 +190,59 @@ func (t *Thread) Settle() error {
 // so its stub thread must sleep, not spin.
 func (t *Thread) StopSpinning() { atomic.StoreUint64(t.spin, 0) }
 
-// Exit ends the stub thread without waiting.
+// Exit ends the context: the thread is gone for its process, and the runner that held it goes
+// idle (runners stay for the stub's life). It must be stopped at a trap.
 func (t *Thread) Exit() {
-	t.post(slotFExit, 0)
+	s := t.stub
+	r := t.runner()
+	atomic.StoreUint32(t.runnerIdx, runNone)
+	atomic.StoreUint32(t.state, stateDead)
+	futexWake(t.state)
+	if r >= 0 {
+		atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), uint32(t.index), runNone)
+		s.idled(r)
+	}
 }
 
-// post hands the thread back to the stub. It fails if the thread is no longer stopped at a trap:
-// its process died (the reaper marked it dead), which must not be overwritten.
-func (t *Thread) post(flags uint32, stubSpin uint64) bool {
+// post hands the context back to tenant code from state from (a trap, or parked). A context off
+// every runner goes to an idle one. It fails if the context is no longer in that state: its
+// process died (the reaper marked it dead), which must not be overwritten, or (parked) it
+// trapped after all.
+func (t *Thread) post(from, flags uint32, stubSpin uint64) bool {
+	s := t.stub
 	*t.flags = flags
 	*t.spin = stubSpin
-	if !atomic.CompareAndSwapUint32(t.state, stateTrapped, stateResume) {
+	r := t.runner()
+	attached := false
+	if r < 0 {
+		if r = s.attachIdle(t); r < 0 {
+			return false
+		}
+		attached = true
+	}
+	if from == stateTrapped && !attached {
+		// A switch ordered while the context ran, which its runner never saw, must not park
+		// the run that starts now: the context it named goes to an idle runner.
+		if o := atomic.SwapUint32(s.runnerU32(r, runNext), runNone); o != runNone {
+			s.servePending(-1, o)
+		}
+	}
+	if !atomic.CompareAndSwapUint32(t.state, from, stateResume) {
+		if attached {
+			atomic.StoreUint32(t.runnerIdx, runNone)
+			atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), uint32(t.index), runNone)
+			s.wakeRunner(r)
+		}
 		return false
 	}
+	s.wakeRunner(r)
 	if atomic.LoadUint32(t.stubSleeping) != 0 {
-		futexWake(t.state)
+		futexWake(t.state) // a patched call's wait (stub_call) sleeps on the state word
+	}
+	if atomic.SwapUint32(t.kick, 0) != 0 {
+		// Kicked while in the sandbox: trap again at once (the runner is new, or the signal
+		// was never sent).
+		unix.Tgkill(s.pid, s.runnerTid(r), sigPreempt)
 	}
 	return true
 }
@@ -194,13 +254,17 @@ func (t *Thread) post(flags uint32, stubSpin uint64) bool {
 // which on a paravirtualised host costs ~3 µs, a fifth of a one-CPU round trip.
 const rawWaitNanos = 10_000_000
 
+// inTenant reports whether the context's state means it runs (or waits parked) in tenant code.
+func inTenant(st uint32) bool { return st == stateResume || st == stateParked }
+
 // wait spins for up to spin cycles, then sleeps: first keeping the P (a quick trap is likely),
-// then letting the runtime use it elsewhere.
+// then letting the runtime use it elsewhere. A context parked meanwhile is still in tenant code:
+// its carrier sleeps on until it traps.
 func (t *Thread) wait(spin uint64) error {
 	if spin > 0 {
 		t0 := rdtsc()
 		for rdtsc()-t0 < spin {
-			if atomic.LoadUint32(t.state) != stateResume {
+			if !inTenant(atomic.LoadUint32(t.state)) {
 				return t.stopped()
 			}
 			if t.SpinWhile != nil && !t.SpinWhile.Load() {
@@ -211,11 +275,15 @@ func (t *Thread) wait(spin uint64) error {
 	}
 	atomic.StoreUint32(t.sandboxSleeping, 1)
 	short := unix.Timespec{Nsec: rawWaitNanos}
-	for i := 0; atomic.LoadUint32(t.state) == stateResume; i++ {
+	for i := 0; ; i++ {
+		st := atomic.LoadUint32(t.state)
+		if !inTenant(st) {
+			break
+		}
 		if i == 0 {
-			futexWaitRaw(t.state, stateResume, &short)
+			futexWaitRaw(t.state, st, &short)
 		} else {
-			futexWaitBlocking(t.state, stateResume)
+			futexWaitBlocking(t.state, st)
 		}
 	}
 	atomic.StoreUint32(t.sandboxSleeping, 0)
@@ -226,7 +294,123 @@ func (t *Thread) stopped() error {
 	if atomic.LoadUint32(t.state) == stateDead {
 		return ErrStubDead
 	}
+	atomic.StoreUint32(t.kick, 0) // the carrier sees this stop: a kick before it is served
 	return nil
+}
+
+// Parked reports whether the context waits parked (its registers saved, on no runner).
+func (t *Thread) Parked() bool { return atomic.LoadUint32(t.state) == stateParked }
+
+// Park saves a context stopped at a trap of tenant code (a preemption) off its runner, which goes
+// idle: the context waits parked until ResumeParked or a Switch to it, and its carrier may sleep
+// in Wait meanwhile. It reports whether it parked the context.
+func (t *Thread) Park() bool {
+	s := t.stub
+	if atomic.LoadUint32(t.state) != stateTrapped || t.Trap().Kind == TrapCall {
+		return false // a patched call's registers are not all in the slot
+	}
+	r := t.runner()
+	if r >= 0 {
+		if !t.saveFP() {
+			return false
+		}
+		atomic.StoreUint32(t.runnerIdx, runNone)
+		atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), uint32(t.index), runNone)
+	}
+	ok := atomic.CompareAndSwapUint32(t.state, stateTrapped, stateParked)
+	if r >= 0 {
+		s.idled(r)
+	}
+	return ok
+}
+
+// Wait waits (without resuming anything) for the context's next trap: the carrier of a parked
+// context sleeps here until a runner that took it traps.
+func (t *Thread) Wait() error { return t.wait(0) }
+
+// ResumeParked runs a parked context on an idle runner. It reports false, leaving the context to
+// its carrier, if the context trapped instead (a system call raced its parking, or a kick); a
+// context still on its way to being parked (a switch ordered, not yet done) is waited for.
+func (t *Thread) ResumeParked(stubSpin uint64) bool {
+	deadline := time.Now().Add(time.Second)
+	for {
+		switch atomic.LoadUint32(t.state) {
+		case stateParked:
+			if t.post(stateParked, 0, stubSpin) {
+				return true
+			}
+		case stateResume:
+			if time.Now().After(deadline) {
+				return false
+			}
+			time.Sleep(20 * time.Microsecond)
+		default:
+			return false
+		}
+	}
+}
+
+// runPark is the order to park the context and idle: any value that names no context.
+const runPark = runNone - 1
+
+// Switch orders the runner that runs this context to park it and take to (parked, of the same
+// stub) instead, at its next stop: a preemption signal is sent for it. Nobody else is woken. With
+// to nil the runner only parks the context and idles. It reports false if the context is on no
+// runner.
+func (t *Thread) Switch(to *Thread) bool {
+	s := t.stub
+	order := uint32(runPark)
+	if to != nil {
+		if to.stub != s {
+			return false
+		}
+		order = uint32(to.index)
+	}
+	r := t.runner()
+	if r < 0 {
+		return false
+	}
+	next := s.runnerU32(r, runNext)
+	atomic.StoreUint32(next, order)
+	unix.Tgkill(s.pid, s.runnerTid(r), sigPreempt)
+	// The runner carries the order out at its next stop in the stub, which takes the order
+	// before it posts anything. A context already stopped in the sandbox leaves the order
+	// stale (it must not park the context's next run): it is taken back here, and to runs on an
+	// idle runner instead. (A context that stopped and was resumed since has its resume take
+	// the order back: post.)
+	if atomic.LoadUint32(t.state) != stateResume {
+		if atomic.CompareAndSwapUint32(next, order, runNone) && to != nil {
+			to.post(stateParked, 0, 0)
+		}
+	}
+	return true
+}
+
+// Kick makes the context stop in the sandbox soon with a preemption trap: at once if it runs,
+// as soon as it is resumed if it is stopped, and by a trap made here if it is parked.
+func (t *Thread) Kick() {
+	s := t.stub
+	atomic.StoreUint32(t.kick, 1)
+	for i := 0; i < 100; i++ {
+		switch atomic.LoadUint32(t.state) {
+		case stateParked:
+			atomic.StoreUint32(s.u32(t.base+slotSigno), sigPreempt)
+			atomic.StoreUint32(s.u32(t.base+slotCode), 0)
+			if atomic.CompareAndSwapUint32(t.state, stateParked, stateTrapped) {
+				atomic.StoreUint32(t.kick, 0)
+				futexWake(t.state)
+				return
+			}
+		case stateResume:
+			if r := t.runner(); r >= 0 {
+				unix.Tgkill(s.pid, s.runnerTid(r), sigPreempt)
+				return
+			}
+			runtime.Gosched() // between a runner and parked: look again
+		default:
+			return // stopped: post sends the signal when it resumes the context
+		}
+	}
 }
 
 // readMaps lists the stub's mappings at start: everything there is the stub's own.
@@ -262,13 +446,26 @@ const (
 	swReservedMagic = 464 // sw_reserved.magic1; extended_size follows it
 )
 
-// fpState returns the sandbox's view of the thread's saved FPU state, checked to lie inside the
-// thread's own signal stack.
+// fpState returns the sandbox's view of the context's saved FPU state, checked to lie inside its
+// own FPU area or inside the signal stack of one runner.
 func (t *Thread) fpState() []byte {
 	s := t.stub
-	ptr := *s.u64(t.base + slotFPState)
-	lo := uint64(SysmsgBase + t.base + 0x1000)
-	hi := uint64(SysmsgBase + t.base + sysmsgBlock)
+	ptr := atomic.LoadUint64(s.u64(t.base + slotFPState))
+	var lo, hi uint64
+	if area := uint64(SysmsgBase + t.base + blockFPArea); ptr == area {
+		lo, hi = area, area+blockFPSize
+	} else {
+		first := uint64(SysmsgBase + sysmsgThreads)
+		if ptr < first {
+			return nil
+		}
+		b := (ptr - first) / sysmsgBlock
+		if b >= sysmsgMaxThreads {
+			return nil
+		}
+		lo = first + b*sysmsgBlock + blockSigstack
+		hi = first + (b+1)*sysmsgBlock
+	}
 	if ptr < lo || ptr+fxsaveSize > hi {
 		return nil
 	}
@@ -318,4 +515,24 @@ func (t *Thread) SetFPState(b []byte) error {
 		copy(dst[fxsaveSize:len(dst)-4], b[fxsaveSize:len(b)-4])
 	}
 	return nil
+}
+
+// saveFP moves the FPU state of a context stopped on a runner into its own FPU area, where any
+// runner that takes it finds it.
+func (t *Thread) saveFP() bool {
+	s := t.stub
+	area := uint64(SysmsgBase + t.base + blockFPArea)
+	if atomic.LoadUint64(s.u64(t.base+slotFPState)) == area {
+		return true
+	}
+	if atomic.LoadUint64(s.u64(t.base+slotFPState)) == 0 {
+		return true // none in a frame (a new context): the resume resets it
+	}
+	fp := t.fpState()
+	if fp == nil || len(fp) > blockFPSize {
+		return false
+	}
+	copy(s.sysmsg[t.base+blockFPArea:], fp)
+	atomic.StoreUint64(s.u64(t.base+slotFPState), area)
+	return true
 }

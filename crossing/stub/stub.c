@@ -96,6 +96,16 @@ struct slot {
 	u64 regs[NREGS];
 	u64 fpstate;
 	u32 kicked;
+	u32 kick;
+	u32 runner;
+};
+
+struct runner {
+	u32 cur;
+	u32 next;
+	u32 word;
+	u32 sleeping;
+	u32 alive;
 };
 
 _Static_assert(__builtin_offsetof(struct slot, flags) == SLOT_FLAGS, "slot flags");
@@ -105,6 +115,10 @@ _Static_assert(__builtin_offsetof(struct slot, err) == SLOT_ERR, "slot err");
 _Static_assert(__builtin_offsetof(struct slot, regs) == SLOT_REGS, "slot regs");
 _Static_assert(__builtin_offsetof(struct slot, fpstate) == SLOT_FPSTATE, "slot fpstate");
 _Static_assert(__builtin_offsetof(struct slot, kicked) == SLOT_KICKED, "slot kicked");
+_Static_assert(__builtin_offsetof(struct slot, kick) == SLOT_KICK, "slot kick");
+_Static_assert(__builtin_offsetof(struct slot, runner) == SLOT_RUNNER, "slot runner");
+_Static_assert(RUN_CUR >= sizeof(struct slot), "runner fields after the slot");
+_Static_assert(__builtin_offsetof(struct runner, alive) == RUN_ALIVE - RUN_CUR, "runner alive");
 
 struct sigaction_k {
 	void *handler;
@@ -149,23 +163,103 @@ extern void stub_boot(void);
 extern char stub_call[], stub_call_committed[], stub_call_resumed[], stub_call_kicked[],
 	stub_call_end[];
 
-/* Wait until the sandbox posts RESUME: spin for the cycles it granted, then sleep. */
-static void wait_resume(struct slot *s)
+static inline struct slot *slot_at(u32 i)
+{
+	return (struct slot *)(SYSMSG_BASE + SYSMSG_THREADS + (u64)i * SYSMSG_BLOCK);
+}
+
+static inline unsigned char *fparea(u32 i) { return (unsigned char *)slot_at(i) + BLOCK_FPAREA; }
+
+/* No libc and no vector registers: the handler must not touch the tenant's FPU state. */
+static inline void copy_bytes(void *d, const void *s, u64 n)
+{
+	__asm__ volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
+}
+
+/* The size of the FPU image in a signal frame: fxsave's 512 bytes, or the XSAVE area's. */
+static u64 fp_size(const unsigned char *fp)
+{
+	if (*(const u32 *)(fp + 464) == 0x46505853U) /* FP_XSTATE_MAGIC1 */
+		return *(const u32 *)(fp + 468);
+	return 512;
+}
+
+/* Context c leaves this runner: its FPU state goes to its block, where any runner finds it. */
+static void save_fp(u32 c, struct ucontext *uc)
+{
+	struct slot *s = slot_at(c);
+	if (!uc->fpregs) {
+		s->fpstate = 0;
+		return;
+	}
+	u64 n = fp_size(uc->fpregs);
+	if (n > BLOCK_FPSIZE)
+		die(117);
+	copy_bytes(fparea(c), uc->fpregs, n);
+	s->fpstate = (u64)fparea(c);
+}
+
+/* Context c comes to this runner: its FPU state into the frame the handler returns through. */
+static void load_fp(u32 c, struct ucontext *uc)
+{
+	struct slot *s = slot_at(c);
+	if (uc->fpregs && s->fpstate == (u64)fparea(c))
+		copy_bytes(uc->fpregs, fparea(c), fp_size(uc->fpregs));
+	s->fpstate = (u64)uc->fpregs;
+}
+
+/* Hand a trap to the sandbox (STATE_TRAPPED wakes the context's carrier), or park the context
+ * (STATE_PARKED: nobody is woken; the sandbox or a switch resumes it). */
+static void post(struct slot *s, u32 state)
+{
+	__atomic_store_n(&s->state, state, __ATOMIC_SEQ_CST);
+	if (state == STATE_TRAPPED && __atomic_load_n(&s->sandbox_sleeping, __ATOMIC_SEQ_CST))
+		futex_wake(&s->state);
+}
+
+/* Runner self takes parked context c, which the sandbox ordered it to switch to. */
+static int take(struct runner *r, u32 self, u32 c)
+{
+	if (c >= SYSMSG_MAX_THREADS)
+		return 0;
+	struct slot *t = slot_at(c);
+	u32 parked = STATE_PARKED;
+	if (!__atomic_compare_exchange_n(&t->state, &parked, STATE_RESUME, 0, __ATOMIC_SEQ_CST,
+					 __ATOMIC_SEQ_CST))
+		return 0;
+	t->runner = self;
+	__atomic_store_n(&r->cur, c, __ATOMIC_SEQ_CST);
+	return 1;
+}
+
+/* Wait until the context the runner holds is to resume (the sandbox may have given the runner
+ * another one meanwhile): spin for the cycles the sandbox granted the trap just posted, then
+ * sleep on the runner's word. Returns the context to run. */
+static u32 wait_resume(struct runner *r, u32 posted)
 {
 	u64 t0 = rdtsc();
-	/* The window is read on every turn: the sandbox ends it when the task gives up its vCPU. */
-	while (rdtsc() - t0 < __atomic_load_n(&s->spin, __ATOMIC_RELAXED)) {
-		if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == STATE_RESUME)
-			return;
-		__builtin_ia32_pause();
-	}
 	for (;;) {
-		__atomic_store_n(&s->stub_sleeping, 1, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&s->state, __ATOMIC_SEQ_CST) == STATE_RESUME)
-			break;
-		futex_wait(&s->state, STATE_TRAPPED);
+		u32 w = __atomic_load_n(&r->word, __ATOMIC_SEQ_CST);
+		u32 c = __atomic_load_n(&r->cur, __ATOMIC_SEQ_CST);
+		if (c < SYSMSG_MAX_THREADS &&
+		    __atomic_load_n(&slot_at(c)->state, __ATOMIC_SEQ_CST) == STATE_RESUME)
+			return c;
+		/* The window is read on every turn: the sandbox ends it when the task gives up its
+		 * vCPU. */
+		if (c == posted && rdtsc() - t0 < __atomic_load_n(&slot_at(c)->spin, __ATOMIC_RELAXED)) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		__atomic_store_n(&r->sleeping, 1, __ATOMIC_SEQ_CST);
+		c = __atomic_load_n(&r->cur, __ATOMIC_SEQ_CST);
+		if (c < SYSMSG_MAX_THREADS &&
+		    __atomic_load_n(&slot_at(c)->state, __ATOMIC_SEQ_CST) == STATE_RESUME) {
+			__atomic_store_n(&r->sleeping, 0, __ATOMIC_RELAXED);
+			return c;
+		}
+		futex_wait(&r->word, w);
+		__atomic_store_n(&r->sleeping, 0, __ATOMIC_RELAXED);
 	}
-	__atomic_store_n(&s->stub_sleeping, 0, __ATOMIC_RELAXED);
 }
 
 /* A fresh x87/SSE state and every other XSAVE component in its init state. */
@@ -187,7 +281,13 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 {
 	u64 sp;
 	__asm__ volatile("mov %%rsp, %0" : "=r"(sp));
-	struct slot *s = (struct slot *)(sp & ~(SYSMSG_BLOCK - 1));
+	u64 block = sp & ~(SYSMSG_BLOCK - 1);
+	u32 self = (u32)((block - SYSMSG_BASE - SYSMSG_THREADS) / SYSMSG_BLOCK);
+	struct runner *run = (struct runner *)(block + RUN_CUR);
+	u32 cur = __atomic_load_n(&run->cur, __ATOMIC_SEQ_CST);
+	if (cur >= SYSMSG_MAX_THREADS)
+		die(118); /* an idle runner runs no tenant code */
+	struct slot *s = slot_at(cur);
 	u64 *g = uc->gregs, *r = s->regs;
 	i32 code = si->code;
 
@@ -238,21 +338,38 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	s->fpstate = (u64)uc->fpregs;
 	s->tsc = rdtsc();
 
-	__atomic_store_n(&s->state, STATE_TRAPPED, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&s->sandbox_sleeping, __ATOMIC_SEQ_CST))
-		futex_wake(&s->state);
-	wait_resume(s);
+	/* An order to switch: this context leaves the runner. Stopped by the preemption signal it
+	 * parks, and nobody is woken: a hand-over between threads of one process costs the host
+	 * no wake-up. A trap of its own (or a kick the sandbox asked for) goes to its carrier. */
+	u32 order = __atomic_exchange_n(&run->next, RUN_NONE, __ATOMIC_SEQ_CST);
+	if (order != RUN_NONE) {
+		save_fp(cur, uc);
+		s->runner = RUN_NONE;
+		int park = sig == SIG_PREEMPT && !__atomic_load_n(&s->kick, __ATOMIC_SEQ_CST);
+		if (!take(run, self, order))
+			__atomic_store_n(&run->cur, RUN_NONE, __ATOMIC_SEQ_CST);
+		post(s, park ? STATE_PARKED : STATE_TRAPPED);
+	} else {
+		s->runner = self;
+		post(s, STATE_TRAPPED);
+	}
+	u32 next = wait_resume(run, cur);
 
+	s = slot_at(next);
+	r = s->regs;
 	u32 flags = s->flags;
 	if (flags & SLOT_F_EXIT)
 		for (;;)
 			sys3(NR_exit, 0, 0, 0);
+	if (next != cur || s->fpstate != (u64)uc->fpregs)
+		load_fp(next, uc);
+	s->runner = self;
 	g[G_R15] = r[R15]; g[G_R14] = r[R14]; g[G_R13] = r[R13]; g[G_R12] = r[R12];
 	g[G_RBP] = r[RBP]; g[G_RBX] = r[RBX]; g[G_R11] = r[R11]; g[G_R10] = r[R10];
 	g[G_R9] = r[R9];   g[G_R8] = r[R8];   g[G_RAX] = r[RAX]; g[G_RCX] = r[RCX];
 	g[G_RDX] = r[RDX]; g[G_RSI] = r[RSI]; g[G_RDI] = r[RDI]; g[G_RIP] = r[RIP];
 	g[G_EFL] = r[EFLAGS]; g[G_RSP] = r[RSP];
-	if (flags & SLOT_F_SET_FS)
+	if ((flags & SLOT_F_SET_FS) || next != cur)
 		sys3(NR_arch_prctl, ARCH_SET_FS, r[FS_BASE], 0);
 	if (flags & SLOT_F_RESET_FPU)
 		reset_fpu(uc->fpregs);
@@ -319,11 +436,11 @@ void stub_main(u64 *sp)
 		futex_wait(ready, 0);
 	sys6(NR_rt_sigprocmask, 2, (i64)&none, 0, 8, 0, 0);
 
-	u64 block = SYSMSG_BASE + SYSMSG_THREADS; /* thread 0 */
-	u64 ss[3] = { block + 4096, 0, SYSMSG_BLOCK - 4096 };
+	u64 block = SYSMSG_BASE + SYSMSG_THREADS; /* runner 0 */
+	u64 ss[3] = { block + BLOCK_SIGSTACK, 0, SYSMSG_BLOCK - BLOCK_SIGSTACK };
 	if (sys3(NR_sigaltstack, ss, 0, 0) != 0)
 		die(124);
-	sys3(NR_set_tid_address, block + SLOT_STATE, 0, 0);
+	sys3(NR_set_tid_address, block + RUN_ALIVE, 0, 0);
 	if (sys3(NR_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, SYSMSG_BASE + SETUP_TENANT_FPROG) != 0)
 		die(125);
 	stub_boot();
@@ -439,8 +556,8 @@ __asm__(
 	"	test %rax, %rax\n"
 	"	jnz control_fail\n"
 	"	jmp control_next\n"
-	/* A new tenant thread: addr is its slot's state word (cleared by the kernel when the thread
-	 * exits), len/prot/off form the stack_t of its signal stack. The new thread uses no memory
+	/* A new runner: addr is its clear-child-tid word (RUN_ALIVE), len/prot/off form the
+	 * stack_t of its signal stack. The new thread uses no memory
 	 * but this read-only page: it sets its signal stack, unblocks signals, takes the tenant
 	 * filter on top of this thread's (which allows no more than the tenant's from the stub's
 	 * text) and traps into the sandbox from the boot loop. */

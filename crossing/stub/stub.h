@@ -14,7 +14,7 @@
 #define SYSMSG_CMD         0x4000UL   /* read-only in the stub: commands for the control thread */
 #define SYSMSG_INFO        0x5000UL   /* writable: what the stub reports at start */
 #define SYSMSG_THREADS     0x10000UL  /* writable: one block per tenant thread */
-#define SYSMSG_BLOCK       0x10000UL  /* a block: its slot page, then its signal stack */
+#define SYSMSG_BLOCK       0x10000UL  /* a block: its slot page, an FPU area, a signal stack */
 #define SYSMSG_MAX_THREADS 256
 #define SYSMSG_SIZE        (SYSMSG_THREADS + SYSMSG_MAX_THREADS * SYSMSG_BLOCK)
 
@@ -57,7 +57,7 @@
 #define OP_MAP     1  /* addr, len, prot, off: mmap(MAP_SHARED|MAP_FIXED|MAP_POPULATE) of FD_GRANT */
 #define OP_PROTECT 2  /* addr, len, prot */
 #define OP_UNMAP   3  /* addr, len */
-#define OP_CLONE   4  /* addr: the new thread's slot state word; len, prot, off: its stack_t */
+#define OP_CLONE   4  /* addr: the new runner's RUN_ALIVE word; len, prot, off: its stack_t */
 /* After a batch the control thread writes {u32 seq, u32 index of the failed op or nops,
  * i64 -errno, or 0, or the tid of the thread OP_CLONE made} (16 bytes) to FD_ACK. OP_CLONE
  * ends its batch. */
@@ -82,10 +82,31 @@
 #define SLOT_REGS      64   /* struct user_regs_struct (27 u64s, ptrace order) */
 #define SLOT_FPSTATE  280   /* u64: where the trap's FPU state (fxsave/xsave area) lies */
 #define SLOT_KICKED   288   /* u32: a preemption signal came while the thread was in the sandbox */
+#define SLOT_KICK     292   /* u32, from the sandbox: trap at the next chance, never park */
+#define SLOT_RUNNER   296   /* u32: the runner holding the context, or RUN_NONE */
+
+/*
+ * Contexts and runners. Block i holds context i (the slot above: a tenant thread's registers)
+ * and the fields of runner i (a host thread of the stub, with its signal stack in block i). A
+ * runner runs one context at a time and may switch to another of the same stub without the
+ * sandbox: on the preemption signal it parks its context (registers and FPU state saved in the
+ * context's block) and loads the one the sandbox ordered. A context off every runner keeps its
+ * FPU state in its block's FPU area.
+ */
+#define RUN_CUR       0x180 /* u32: the context the runner holds, or RUN_NONE (idle) */
+#define RUN_NEXT      0x184 /* u32, from the sandbox: the context to switch to, or RUN_NONE */
+#define RUN_WORD      0x188 /* u32, futex word the runner sleeps on; the sandbox bumps it */
+#define RUN_SLEEPING  0x18c /* u32 */
+#define RUN_ALIVE     0x190 /* u32: the runner's clear-child-tid word (0 once it is gone) */
+#define RUN_NONE      0xffffffffUL
+#define BLOCK_FPAREA  0x1000 /* a parked context's FPU state */
+#define BLOCK_FPSIZE  0x1000
+#define BLOCK_SIGSTACK 0x2000 /* the runner's signal stack, to the block's end */
 
 #define STATE_DEAD    0
 #define STATE_TRAPPED 2
 #define STATE_RESUME  3
+#define STATE_PARKED  4 /* in tenant code, off every runner: the sandbox or a switch resumes it */
 
 #define SLOT_F_SET_FS    1 /* set the FS base to regs.fs_base before resuming */
 #define SLOT_F_EXIT      2 /* end this thread instead of resuming */

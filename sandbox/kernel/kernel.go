@@ -97,6 +97,7 @@ func New(cfg Config) (*Kernel, error) {
 	k.pages.budget = pageCacheBudget(cfg.MemoryBytes)
 	sched.OnWait(k.wantPreempt)
 	sched.OnKick(kick)
+	sched.OnRun(runParked)
 	return k, nil
 }
 
@@ -551,21 +552,65 @@ func (k *Kernel) wantPreempt() {
 // before it calls wantPreempt, so no waiter is left without the ticker.
 func (k *Kernel) preemptLoop() {
 	defer k.atCarrierWeight()()
-	tick := time.NewTicker(timeSlice / 2)
-	defer tick.Stop()
-	for range tick.C {
+	next := time.Now()
+	for {
+		// A raw sleep: a Go timer would wake the runtime's own threads at every tick too.
+		next = next.Add(timeSlice / 2)
+		if d := time.Until(next); d > 0 {
+			ts := unix.NsecToTimespec(int64(d))
+			unix.Nanosleep(&ts, nil)
+		} else {
+			next = time.Now()
+		}
 		k.mu.Lock()
-		due, waiting := k.sched.Overdue()
+		due, switches, waiting := k.sched.Overdue()
 		if !waiting || k.closed {
 			k.preempting = false
 			k.mu.Unlock()
+			for _, sw := range switches {
+				switchTo(sw)
+			}
 			return
 		}
 		k.mu.Unlock()
 		for _, kt := range due {
 			kick(kt)
 		}
+		for _, sw := range switches {
+			switchTo(sw)
+		}
 	}
+}
+
+// switchTo carries out a hand-over the kernelet made at a slice's end from a task in tenant code
+// to a parked one. Between threads of one process the runner switches registers itself and no
+// host thread is woken; otherwise the one is parked and an idle runner of the other's process
+// takes it.
+func switchTo(sw kernelet.Switch) {
+	from, ok1 := sw.From.Owner.(*Task)
+	to, ok2 := sw.To.Owner.(*Task)
+	if !ok1 || !ok2 {
+		return
+	}
+	sw.To.InTenant.Store(true)
+	if from.p.stub == to.p.stub && from.th.Switch(to.th) {
+		return
+	}
+	if !from.th.Switch(nil) {
+		from.preempt() // it trapped meanwhile: its carrier finds it holds no vCPU
+	}
+	to.th.ResumeParked(0)
+}
+
+// runParked resumes a parked task the kernelet has given a vCPU, on an idle runner of its stub;
+// if the task trapped meanwhile, its carrier takes the vCPU instead.
+func runParked(kt *kernelet.Task, _ *kernelet.VCPU) {
+	t, ok := kt.Owner.(*Task)
+	if !ok {
+		return
+	}
+	kt.InTenant.Store(true)
+	t.th.ResumeParked(0)
 }
 
 // kick makes a holder the kernelet wants off its vCPU trap at once. A task in kernel code gets

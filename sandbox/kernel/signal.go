@@ -162,7 +162,7 @@ func (p *Process) postInfo(sig unix.Signal, t *Task, info sigInfo) error {
 // a blocking kernel wait through its interrupt channel.
 func (t *Task) kick() {
 	t.wakeWaits()
-	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
+	t.th.Kick()
 }
 
 // wakeWaits cuts short a kernel wait of the task: the channel for waits in Go, the wake word for

@@ -50,6 +50,9 @@ type Task struct {
 	spin spinState
 	park park.Parker // the carrier sleeps here in kernel waits that others end directly
 	host hostCreds   // the file system ids the carrier's thread holds (creds.go)
+	// parked: the task gave way at a preemption with its registers parked in the stub: the
+	// carrier only waits for its next trap, which some runner takes it to without the carrier.
+	parked bool
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
@@ -148,12 +151,25 @@ func (t *Task) run() {
 		}
 		c0 := crossing.Cycles()
 		t.inTenant.Store(time.Now().UnixNano())
-		err := t.th.Resume(flags, stubSpin, sandboxSpin)
+		var err error
+		if t.parked {
+			// Parked: the kernelet resumes the registers on a runner when the task's turn
+			// comes (Kernel.runParked, or a switch); the carrier sleeps until they trap.
+			t.parked = false
+			err = t.th.Wait()
+		} else {
+			t.kt.InTenant.Store(true)
+			err = t.th.Resume(flags, stubSpin, sandboxSpin)
+		}
+		t.kt.InTenant.Store(false)
 		t.inTenant.Store(0)
 		if err != nil {
 			ended = t.stubEnded(err)
 			break
 		}
+		// The kernelet may have handed the vCPU on while the task ran tenant code (a switch):
+		// kernel code runs only on a vCPU.
+		t.kt.Acquire()
 		if sandboxSpin > 0 {
 			t.adapt(crossing.Cycles() - c0)
 		}
@@ -180,7 +196,9 @@ func (t *Task) run() {
 				t.fault(tr)
 			}
 		case tr.Kind == crossing.TrapPreempt:
-			t.yield()
+			if t.preempted() {
+				continue // parked: nothing of the task runs until its turn
+			}
 		}
 		if !t.stop {
 			t.deliverSignals()
@@ -245,16 +263,38 @@ func (t *Task) fault(tr crossing.Trap) {
 
 // preempt makes the task's stub thread trap, without interrupting a kernel wait.
 func (t *Task) preempt() {
-	unix.Tgkill(t.p.stub.Pid(), t.th.Tid(), sigPreemptHost)
+	t.th.Kick()
 }
 
-// yield serves a preemption trap (a kick or the time slice): the task gives its vCPU to a
-// waiting task if the kernelet says it should, and waits for one again. Its stub thread stops
+// yield gives the task's vCPU to a waiting task if the kernelet says it should (a kick, the time
+// slice, a change of priority or affinity), and waits for one again. Its stub thread stops
 // spinning before the vCPU goes (OnGiveWay), since a thread without a vCPU must not be runnable.
 func (t *Task) yield() {
 	if t.kt.Preempted() {
 		t.spare = false
 	}
+}
+
+// preempted serves a preemption trap (a kick or the time slice) as yield does, except that a task
+// that gives way has its registers parked in the stub, where a runner takes them up when the
+// task's turn comes, and preempted reports true: its carrier is not woken for that.
+func (t *Task) preempted() bool {
+	if t.fast || t.pendingSignal() {
+		// A patched call's registers are not all in the slot; a signal is to be delivered.
+		t.yield()
+		return false
+	}
+	parked := false
+	if !t.kt.PreemptedPark(func() { parked = t.th.Park() }) {
+		return false
+	}
+	t.spare = false
+	if !parked {
+		t.kt.Acquire() // the kernelet counts it parked; it takes the vCPU here instead
+		return false
+	}
+	t.parked = true
+	return true
 }
 
 // giveUpVCPUs releases the task's vCPU and any spare it borrowed; its stub thread stops spinning,
@@ -284,4 +324,18 @@ func (t *Task) exitGroup(st ExitStatus) {
 	if others {
 		t.p.stub.Kill()
 	}
+}
+
+// pendingSignal reports whether the task has something to do in the kernel before it runs tenant
+// code again: a signal to deliver, a job-control stop, an end, or resume flags its parked
+// registers would not carry.
+func (t *Task) pendingSignal() bool {
+	p := t.p
+	if t.killed.Load() || t.stop || t.esc != nil || t.resumeFlags != 0 || p.job.quick.Load() {
+		return true
+	}
+	p.mu.Lock()
+	pend := (p.pending | t.pending) &^ (t.mask() &^ unblockable)
+	p.mu.Unlock()
+	return pend != 0
 }

@@ -10,6 +10,11 @@
 // calls Preempted). The time slice works the same way: the kernel's preemption ticker asks Overdue
 // which holders have run long enough while someone of their rank waits.
 //
+// A task preempted in tenant code may instead wait "parked" (PreemptedPark): its registers wait
+// in shared memory, no carrier waits for it, and when it is given a vCPU the kernelet calls the
+// kernel's OnRun hook rather than waking a carrier; Overdue may also swap a holder running tenant
+// code for a parked task at once (a Switch), which the kernel carries out on the same stub thread.
+//
 // It must never import the kernel proper, and never let a task run (or spin) without holding a
 // vCPU: the kernelet only hands out vCPUs, it does not run anything itself.
 package kernelet
@@ -17,6 +22,7 @@ package kernelet
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +94,7 @@ func (p Policy) RealTime() bool { return p == FIFO || p == RR }
 type Kernelet struct {
 	onWait func()      // called (without the lock) when a task has to wait for a vCPU
 	kick   func(*Task) // called (without the lock) when a holder should give way at once
+	onRun  func(*Task, *VCPU)
 	epoch  time.Time
 	clock  func() int64 // ns since epoch; tests replace it
 
@@ -98,6 +105,19 @@ type Kernelet struct {
 	seq     uint64  // queueing order
 	minVr   int64   // a floor under the virtual runtimes of ordinary tasks (monotonic)
 	tasks   int     // live tasks, for Stats
+
+	// runs are the parked tasks given a vCPU whose OnRun call is still due: give records them
+	// under the lock, and whoever unlocks next calls the hook. runsPending lets doKicks (the
+	// unlock path of methods outside this file) see them without taking the lock again.
+	runs        []run
+	runsPending atomic.Bool
+	runDone     *sync.Cond // on mu: a task's OnRun calls in flight are over
+}
+
+// run is one OnRun call still to be made.
+type run struct {
+	t *Task
+	v *VCPU
 }
 
 // VCPU is one of the sandbox's virtual CPUs.
@@ -140,9 +160,28 @@ type Task struct {
 	// SpareHeld is true while the task holds a spare: the carrier spins only as long
 	// (crossing.Thread.SpinWhile); a waiter can take the spare back at any moment.
 	SpareHeld atomic.Bool
-	queued    *VCPU // the run queue it waits in
-	grant     chan *VCPU
-	exited    bool
+	// InTenant is set by the kernel while the task's thread runs tenant code (between resuming
+	// it and seeing its next trap). Only such a holder may be switched by Overdue: its registers
+	// can be taken from its stub thread without a carrier's help.
+	InTenant atomic.Bool
+	queued   *VCPU // the run queue it waits in
+	// parked: it waits in queued with no carrier reading grant; give calls OnRun instead.
+	parked bool
+	inRun  int // OnRun calls for it that are due or under way
+	grant  chan *VCPU
+	exited bool
+}
+
+// Switch is a hand-over decided by Overdue: From (a holder running tenant code) is now parked
+// and queued; To (a parked task) now holds V. The kernel carries it out: it stops From's stub
+// thread, parks From's registers and runs To's there. OnRun is not called for To. From counts
+// as parked at once, so it may be given a vCPU (OnRun) before the kernel has stopped it: the
+// kernel's OnRun must wait for, or take over, a switch still under way. If From's thread traps
+// before it is stopped, its carrier calls Acquire (From holds no vCPU any more), and the kernel
+// must not stop a later run of From's thread in the switch's name.
+type Switch struct {
+	From, To *Task
+	V        *VCPU
 }
 
 // New makes a kernelet with n vCPUs.
@@ -151,6 +190,7 @@ func New(n int) (*Kernelet, error) {
 		return nil, fmt.Errorf("kernelet: %d vCPUs", n)
 	}
 	k := &Kernelet{n: n, epoch: time.Now()}
+	k.runDone = sync.NewCond(&k.mu)
 	for i := 0; i < n; i++ {
 		k.vcpus = append(k.vcpus, &VCPU{ID: i})
 	}
@@ -166,6 +206,19 @@ func (k *Kernelet) OnWait(f func()) { k.onWait = f }
 // soon. It may be called for a task that has meanwhile let go; it must not call into the
 // kernelet. Set it before use.
 func (k *Kernelet) OnKick(f func(*Task)) { k.kick = f }
+
+// OnRun sets the function called (without the kernelet's lock, after the state change) when a
+// parked task has been given vCPU v: the kernel resumes the parked registers on v. It may call
+// into the kernelet. It is called once per such grant, by whichever caller unlocks the kernelet
+// next, unless the task lets go of v before the call is taken (Release, Exit, giving way).
+//
+// It may race the task's own carrier calling Acquire (its thread trapped after all): the kernel
+// must let only one of the two resume the parked context (its shared memory's park state
+// decides). Acquire waits until the task's OnRun calls under way have returned, so a call never
+// comes after the task has run on and let go of v; OnRun must therefore never wait for the
+// task's own carrier. It may still come for a task that another goroutine made Exit meanwhile.
+// Set it before use; if it is nil, parked tasks are never made.
+func (k *Kernelet) OnRun(f func(t *Task, v *VCPU)) { k.onRun = f }
 
 func (k *Kernelet) now() int64 {
 	if k.clock != nil {
@@ -244,8 +297,7 @@ func (k *Kernelet) Resize(n int) error {
 			kicks = append(kicks, v.holder)
 		}
 	}
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 	return nil
 }
 
@@ -254,13 +306,38 @@ func (v *VCPU) free() bool { return v.holder == nil && !v.lent }
 // Acquire blocks until the task holds a vCPU and returns it. The task goes to a vCPU it may
 // use: a free one (its last one first), else the queue of the vCPU whose holder is the weakest,
 // kicking that holder if the task should run before it at once.
+//
+// A parked task whose thread trapped after all (a system call raced the park) calls Acquire
+// too: it gets the vCPU it was given while parked at once, else it keeps its place in its run
+// queue (no sleeper credit: it was preempted, not asleep) and waits as any waiter does.
 func (t *Task) Acquire() *VCPU {
 	k := t.k
 	k.mu.Lock()
+	for t.vcpu != nil && t.inRun > 0 {
+		// Given while parked: let the OnRun call due or under way find the context taken, so
+		// that none can come after this carrier has run on and let go of the vCPU.
+		if runs := k.takeRuns(); runs != nil {
+			k.mu.Unlock()
+			k.callRuns(runs)
+			k.mu.Lock()
+			continue
+		}
+		k.runDone.Wait()
+	}
 	if t.vcpu != nil {
 		v := t.vcpu
 		k.mu.Unlock()
 		return v
+	}
+	if t.parked {
+		t.parked = false // from now on give posts on grant, which this carrier reads
+		if t.queued != nil {
+			k.mu.Unlock()
+			if k.onWait != nil {
+				k.onWait()
+			}
+			return <-t.grant
+		}
 	}
 	k.updateMin()
 	if !t.fresh && t.policy.class() != 0 {
@@ -270,8 +347,7 @@ func (t *Task) Acquire() *VCPU {
 	kicks := k.place(t)
 	t.fresh = false
 	v := t.vcpu
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 	if v != nil {
 		return <-t.grant // posted by give
 	}
@@ -439,19 +515,90 @@ func (t *Task) setSpare(v *VCPU) {
 	t.SpareHeld.Store(v != nil)
 }
 
-// give hands free vCPU v to t and posts it on t's grant channel, which the task reads (k.mu
-// held).
+// give hands free vCPU v to t and tells it: a parked task through OnRun after the lock is
+// released, any other on its grant channel, which its carrier reads (k.mu held). Only a task
+// that is not parked gets a post, so grant never holds a vCPU nobody waits for.
 func (k *Kernelet) give(v *VCPU, t *Task) {
+	wasParked := t.parked
+	k.assign(v, t)
+	if wasParked {
+		t.inRun++
+		k.runs = append(k.runs, run{t, v})
+		k.runsPending.Store(true)
+		return
+	}
+	select {
+	case t.grant <- v:
+	default:
+	}
+}
+
+// assign makes t the holder of free vCPU v without telling it (k.mu held). A parked task is
+// parked no more: it runs again as a preempted task, with no sleeper credit.
+func (k *Kernelet) assign(v *VCPU, t *Task) {
 	k.dequeue(t)
 	now := k.now()
 	v.holder = t
 	t.vcpu = v
 	t.since, t.got = now, now
 	t.last = v.ID
-	select {
-	case t.grant <- v:
-	default:
+	t.parked = false
+}
+
+// dropRuns forgets the OnRun calls still due for t, which is letting go of its vCPU: the call
+// would name a vCPU it no longer holds (k.mu held).
+func (k *Kernelet) dropRuns(t *Task) {
+	if t.inRun == 0 {
+		return
 	}
+	k.runs = slices.DeleteFunc(k.runs, func(r run) bool {
+		if r.t == t {
+			t.inRun--
+			return true
+		}
+		return false
+	})
+	if t.inRun == 0 {
+		k.runDone.Broadcast()
+	}
+}
+
+// takeRuns returns the OnRun calls due and forgets them (k.mu held).
+func (k *Kernelet) takeRuns() []run {
+	if len(k.runs) == 0 {
+		return nil
+	}
+	r := k.runs
+	k.runs = nil
+	k.runsPending.Store(false)
+	return r
+}
+
+// unlock releases k.mu, then calls OnRun for the parked tasks given a vCPU meanwhile and kicks
+// ts: neither hook may run under the lock.
+func (k *Kernelet) unlock(ts []*Task) {
+	runs := k.takeRuns()
+	k.mu.Unlock()
+	k.callRuns(runs)
+	k.doKicks(ts)
+}
+
+// callRuns makes the OnRun calls taken by takeRuns (k.mu not held), then counts them done.
+func (k *Kernelet) callRuns(runs []run) {
+	if len(runs) == 0 {
+		return
+	}
+	if k.onRun != nil {
+		for _, r := range runs {
+			k.onRun(r.t, r.v)
+		}
+	}
+	k.mu.Lock()
+	for _, r := range runs {
+		r.t.inRun--
+	}
+	k.runDone.Broadcast()
+	k.mu.Unlock()
 }
 
 // before reports whether a should run before b (k.mu held).
@@ -537,16 +684,20 @@ func (k *Kernelet) release(v *VCPU) []*Task {
 }
 
 // Release gives the task's vCPU back (before it blocks or ends): the best waiting task gets it.
+// A parked task that calls it (its thread trapped and now blocks) leaves its run queue too.
 func (t *Task) Release() {
 	k := t.k
 	k.mu.Lock()
 	kicks := t.releaseLocked()
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 }
 
 func (t *Task) releaseLocked() []*Task {
 	var kicks []*Task
+	if t.parked {
+		t.k.dequeue(t)
+		t.parked = false
+	}
 	if s := t.spare; s != nil {
 		t.setSpare(nil)
 		kicks = append(kicks, t.k.release(s)...)
@@ -560,10 +711,11 @@ func (t *Task) releaseLocked() []*Task {
 	}
 	t.charge(t.k.now())
 	t.vcpu = nil
+	t.k.dropRuns(t)
 	return append(kicks, t.k.release(v)...)
 }
 
-// Exit ends the task: it lets go of its vCPUs and leaves any run queue.
+// Exit ends the task: it lets go of its vCPUs and leaves any run queue (parked or not).
 func (t *Task) Exit() {
 	k := t.k
 	k.mu.Lock()
@@ -573,8 +725,7 @@ func (t *Task) Exit() {
 		t.exited = true
 		k.tasks--
 	}
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 }
 
 // Yield is sched_yield: if a task of the same or a better rank waits for this vCPU, the task
@@ -599,6 +750,44 @@ func (t *Task) Preempted() bool {
 	return t.giveWay(func(w *Task, now int64) bool {
 		return t.k.shouldYieldTo(t, w, now, wakeupGranularity)
 	}, false)
+}
+
+// PreemptedPark is Preempted for a task whose trap was a preemption in tenant code: if the task
+// should give way (the same rule as Preempted), it calls park under the kernelet's lock (park
+// only flips shared memory; it must not call into the kernelet), leaves its vCPU to the best
+// waiter as Preempted does, queues itself parked and returns true without waiting: its carrier
+// is free, and OnRun resumes the task when it is given a vCPU (possibly before PreemptedPark
+// returns, when a vCPU is free for it after all). If it need not give way it returns false and
+// keeps its vCPU; park is not called. Without an OnRun hook it cannot park: it gives way as
+// Preempted does, waiting, and returns false (the caller holds a vCPU again and resumes the task
+// as usual).
+func (t *Task) PreemptedPark(park func()) bool {
+	k := t.k
+	if k.onRun == nil {
+		t.Preempted()
+		return false
+	}
+	k.mu.Lock()
+	v := t.vcpu
+	if v == nil {
+		k.mu.Unlock()
+		return false
+	}
+	now := k.now()
+	mustMove := v.retiring || !t.allowed(v)
+	w := k.best(v)
+	if !mustMove && (w == nil || !k.shouldYieldTo(t, w, now, wakeupGranularity)) {
+		k.mu.Unlock()
+		return false
+	}
+	park()
+	kicks := t.leave(v, w, now, mustMove, false, true)
+	waits := t.vcpu == nil
+	k.unlock(kicks)
+	if waits && k.onWait != nil {
+		k.onWait()
+	}
+	return true
 }
 
 // shouldYieldTo reports whether holder h should give its vCPU to waiting task w: w is of a
@@ -639,6 +828,21 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool)
 		k.mu.Unlock()
 		return false
 	}
+	kicks := t.leave(v, w, now, mustMove, behindEquals, false)
+	got := t.vcpu
+	k.unlock(kicks)
+	if got == nil && k.onWait != nil {
+		k.onWait()
+	}
+	<-t.grant // posted by give, now or when a vCPU comes free
+	return true
+}
+
+// leave is the state change of giving way: t lets go of v and of its spare, v goes to w (or to
+// the best waiter, if w took the spare), and t is queued (parked if parked is set) or, if it
+// must move, placed anew; it returns the holders to kick (k.mu held).
+func (t *Task) leave(v *VCPU, w *Task, now int64, mustMove, behindEquals, parked bool) []*Task {
+	k := t.k
 	if t.OnGiveWay != nil {
 		t.OnGiveWay()
 	}
@@ -649,11 +853,13 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool)
 	}
 	t.charge(now)
 	t.vcpu = nil
+	k.dropRuns(t)
 	if behindEquals && w != nil && t.policy.class() != 0 && w.policy.class() == t.policy.class() {
 		// Behind its equals: after every ordinary task now waiting.
 		t.vr = max(t.vr, k.maxQueuedVr(t.policy.class())+1)
 	}
 	v.holder = nil
+	t.parked = parked // before it is queued: a give from here on must not post on grant
 	if mustMove {
 		kicks = append(kicks, k.release(v)...)
 		kicks = append(kicks, k.place(t)...)
@@ -665,14 +871,7 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool)
 			k.dispatch(v) // w took the spare this task returned above
 		}
 	}
-	got := t.vcpu
-	k.mu.Unlock()
-	k.doKicks(kicks)
-	if got == nil && k.onWait != nil {
-		k.onWait()
-	}
-	<-t.grant // posted by give, now or when a vCPU comes free
-	return true
+	return kicks
 }
 
 func (k *Kernelet) maxQueuedVr(class int) int64 {
@@ -687,11 +886,15 @@ func (k *Kernelet) maxQueuedVr(class int) int64 {
 	return m
 }
 
-// Overdue lists the holders that should give way now (the kernel then kicks them), and reports
-// whether any task waits at all (the ticker stops when none does).
-func (k *Kernelet) Overdue() (due []*Task, waiting bool) {
+// Overdue finds the holders that should give way now, and reports whether any task waits at
+// all (the ticker stops when none does). A holder running tenant code (InTenant) whose successor
+// is a parked task is handed over here and returned in switches, which the kernel carries out;
+// the other holders are returned in due, and the kernel kicks them. A holder that holds a spare
+// is always due (giving way returns the spare, which may change its successor). A holder whose
+// successor was itself switched out by this call is left to the next call: that task's
+// registers are not parked until the kernel has carried out its switch.
+func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	now := k.now()
 	for _, v := range k.vcpus {
 		h := v.holder
@@ -702,14 +905,42 @@ func (k *Kernelet) Overdue() (due []*Task, waiting bool) {
 			due = append(due, h)
 			continue
 		}
-		if w := k.best(v); w != nil && k.shouldYieldTo(h, w, now, int64(Slice)) {
-			due = append(due, h)
+		w := k.best(v)
+		if w == nil || !k.shouldYieldTo(h, w, now, int64(Slice)) {
+			continue
 		}
+		if slices.ContainsFunc(switches, func(s Switch) bool { return s.From == w }) {
+			continue
+		}
+		if !w.parked || k.onRun == nil || h.spare != nil || !h.InTenant.Load() {
+			due = append(due, h)
+			continue
+		}
+		if h.OnGiveWay != nil {
+			h.OnGiveWay()
+		}
+		h.charge(now) // as in Preempted
+		h.vcpu, v.holder = nil, nil
+		k.dropRuns(h)
+		h.parked = true
+		k.enqueue(v, h)
+		k.assign(v, w) // the Switch tells the kernel: no OnRun
+		switches = append(switches, Switch{From: h, To: w, V: v})
 	}
-	return due, k.waiting > 0
+	waiting = k.waiting > 0
+	k.unlock(nil)
+	return due, switches, waiting
 }
 
+// doKicks kicks ts (k.mu not held). It first makes the OnRun calls still due: the methods that
+// release k.mu themselves (SetPolicy, SetNice, SetAffinity) leave them behind.
 func (k *Kernelet) doKicks(ts []*Task) {
+	if k.runsPending.Load() {
+		k.mu.Lock()
+		runs := k.takeRuns()
+		k.mu.Unlock()
+		k.callRuns(runs)
+	}
 	if k.kick == nil {
 		return
 	}
@@ -762,8 +993,7 @@ func (t *Task) SpinSpare(borrow bool) bool {
 		}
 	}
 	has := t.spare != nil
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 	return has
 }
 
@@ -784,8 +1014,7 @@ func (t *Task) ReturnSpare() {
 		t.setSpare(nil)
 		kicks = k.release(s)
 	}
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 }
 
 // HasSpare reports whether the task holds a spare.
@@ -816,8 +1045,7 @@ func (k *Kernelet) TryAcquire() *VCPU {
 func (k *Kernelet) Release(v *VCPU) {
 	k.mu.Lock()
 	kicks := k.release(v)
-	k.mu.Unlock()
-	k.doKicks(kicks)
+	k.unlock(kicks)
 }
 
 // Waiting reports whether some task waits for a vCPU.
@@ -840,12 +1068,13 @@ func (k *Kernelet) Idle() int {
 	return n
 }
 
-// Stats is a snapshot of the kernelet.
+// Stats is a snapshot of the kernelet. Waiting counts parked tasks too; Parked counts only them.
 type Stats struct {
-	VCPUs, Held, Lent, Waiting, Tasks int
+	VCPUs, Held, Lent, Waiting, Tasks, Parked int
 }
 
-// Stats returns how many vCPUs are held, lent as spares, and how many tasks wait.
+// Stats returns how many vCPUs are held, lent as spares, and how many tasks wait (and of them,
+// how many wait parked).
 func (k *Kernelet) Stats() Stats {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -857,6 +1086,19 @@ func (k *Kernelet) Stats() Stats {
 		if v.lent {
 			s.Lent++
 		}
+		for _, t := range v.queue {
+			if t.parked {
+				s.Parked++
+			}
+		}
 	}
 	return s
+}
+
+// Parked reports whether the task waits parked (it has not been given a vCPU since it parked,
+// and its carrier has not called Acquire).
+func (t *Task) Parked() bool {
+	t.k.mu.Lock()
+	defer t.k.mu.Unlock()
+	return t.parked
 }
