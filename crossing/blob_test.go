@@ -48,6 +48,9 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"RUN_CUR": runCur, "RUN_NEXT": runNext, "RUN_WORD": runWord, "RUN_SLEEPING": runSleeping,
 		"RUN_ALIVE": runAlive, "RUN_NONE": runNone, "BLOCK_FPAREA": blockFPArea,
 		"BLOCK_FPSIZE": blockFPSize, "BLOCK_SIGSTACK": blockSigstack, "STATE_PARKED": stateParked,
+		"SIG_SLICE": sigSlice, "SLICE_NS": sliceNS, "SYSMSG_RING": sysmsgRing, "RING_LOCK": ringLock,
+		"RING_OPEN": ringOpen, "RING_HEAD": ringHead, "RING_TAIL": ringTail, "RING_ENTS": ringEnts,
+		"RING_SIZE": ringSize,
 	}
 	f, err := os.Open("stub/stub.h")
 	require.NoError(t, err)

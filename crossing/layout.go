@@ -84,6 +84,16 @@ const (
 	slotFResetFPU = 4
 
 	sigPreempt = 12
+
+	sigSlice   = 10
+	sliceNS    = 10_000_000
+	sysmsgRing = 0x6000
+	ringLock   = 0x00
+	ringOpen   = 0x04
+	ringHead   = 0x08
+	ringTail   = 0x0c
+	ringEnts   = 0x10
+	ringSize   = 256
 )
 
 // TenantMax is the first address above the tenant's part of a stub's address space: the stub's

@@ -152,8 +152,8 @@ const cloneThreadFlags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix
 
 // controlFilter is the control thread's filter: from the stub's text only, mmap of the grant file
 // (shared, fixed, populated) below TenantMax, mprotect and munmap below TenantMax, futex, its ack
-// write, clone of a tenant thread and what that thread does before it takes the tenant filter,
-// and exit. The control thread only runs commands from a page the tenant cannot write; the filter
+// write, clone of a tenant thread and what that thread does before it takes the tenant filter
+// (its slice timer among it), and exit. The control thread only runs commands from a page the tenant cannot write; the filter
 // is the second wall. Its threads inherit it under the tenant filter, so for calls from the stub's
 // text it allows what the tenant filter allows too, and calls from elsewhere trap as there.
 func controlFilter(text Range) ([]bpf.RawInstruction, error) {
@@ -170,6 +170,9 @@ func controlFilter(text Range) ([]bpf.RawInstruction, error) {
 	b.jump(bpf.JumpEqual, unix.SYS_CLONE, "clone", "")
 	b.jump(bpf.JumpEqual, unix.SYS_SIGALTSTACK, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_RT_SIGPROCMASK, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_GETTID, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_TIMER_CREATE, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_TIMER_SETTIME, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_SECCOMP, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_RT_SIGRETURN, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_ARCH_PRCTL, "arch_prctl", "")

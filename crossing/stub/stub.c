@@ -31,8 +31,11 @@ typedef int i32;
 #define NR_setpriority 141
 #define NR_prctl 157
 #define NR_arch_prctl 158
+#define NR_gettid 186
 #define NR_futex 202
 #define NR_set_tid_address 218
+#define NR_timer_create 222
+#define NR_timer_settime 223
 #define NR_exit_group 231
 #define NR_seccomp 317
 #define NR_close_range 436
@@ -277,6 +280,115 @@ static void reset_fpu(unsigned char *fp)
 		*(u64 *)(fp + 512) = 3;
 }
 
+struct ring {
+	u32 lock;
+	u32 open;
+	u32 head;
+	u32 tail;
+	u32 ents[RING_SIZE];
+};
+
+_Static_assert(__builtin_offsetof(struct ring, ents) == RING_ENTS, "ring entries");
+
+static inline struct ring *ring(void) { return (struct ring *)(SYSMSG_BASE + SYSMSG_RING); }
+
+extern char __stub_boot_end[];
+
+struct sigevent_k {
+	u64 value;
+	i32 signo;
+	i32 notify;
+	i32 tid;
+	i32 pad[11];
+};
+
+/* A runner's slice timer: SIG_SLICE to the runner itself for every SLICE_NS of its CPU time, so
+ * that a runner Linux does not run uses no slice and no sandbox thread ticks for it. Called with
+ * every signal blocked, on the runner's signal stack. */
+void runner_timer(void)
+{
+	struct sigevent_k ev = { .signo = SIG_SLICE, .notify = 4 /* SIGEV_THREAD_ID */ };
+	ev.tid = (i32)sys3(NR_gettid, 0, 0, 0);
+	i32 id = 0;
+	if (sys3(NR_timer_create, 3 /* CLOCK_THREAD_CPUTIME_ID */, (i64)&ev, (i64)&id) != 0)
+		die(115);
+	i64 its[4] = { 0, SLICE_NS, 0, SLICE_NS };
+	if (sys6(NR_timer_settime, id, 0, (i64)its, 0, 0, 0) != 0)
+		die(116);
+}
+
+/* Registers between the signal frame and a context's slot. */
+static void save_regs(u64 *r, const u64 *g)
+{
+	r[R15] = g[G_R15]; r[R14] = g[G_R14]; r[R13] = g[G_R13]; r[R12] = g[G_R12];
+	r[RBP] = g[G_RBP]; r[RBX] = g[G_RBX]; r[R11] = g[G_R11]; r[R10] = g[G_R10];
+	r[R9] = g[G_R9];   r[R8] = g[G_R8];   r[RAX] = g[G_RAX]; r[RCX] = g[G_RCX];
+	r[RDX] = g[G_RDX]; r[RSI] = g[G_RSI]; r[RDI] = g[G_RDI]; r[RIP] = g[G_RIP];
+	r[EFLAGS] = g[G_EFL]; r[RSP] = g[G_RSP];
+}
+
+static void load_regs(u64 *g, const u64 *r)
+{
+	g[G_R15] = r[R15]; g[G_R14] = r[R14]; g[G_R13] = r[R13]; g[G_R12] = r[R12];
+	g[G_RBP] = r[RBP]; g[G_RBX] = r[RBX]; g[G_R11] = r[R11]; g[G_R10] = r[R10];
+	g[G_R9] = r[R9];   g[G_R8] = r[R8];   g[G_RAX] = r[RAX]; g[G_RCX] = r[RCX];
+	g[G_RDX] = r[RDX]; g[G_RSI] = r[RSI]; g[G_RDI] = r[RDI]; g[G_RIP] = r[RIP];
+	g[G_EFL] = r[EFLAGS]; g[G_RSP] = r[RSP];
+}
+
+/* SIG_SLICE: the runner's slice is over. If the ring is open and holds a parked context, the
+ * runner parks the one it runs (at the ring's tail) and takes that one; otherwise the tenant
+ * code goes on. Nothing traps into the sandbox and nobody is woken. */
+static void rotate(u32 self, struct runner *run, struct ucontext *uc)
+{
+	u32 cur = __atomic_load_n(&run->cur, __ATOMIC_SEQ_CST);
+	u64 ip = uc->gregs[G_RIP];
+	if (cur >= SYSMSG_MAX_THREADS || (ip >= STUB_BASE && ip < (u64)__stub_boot_end))
+		return; /* idle, or in the stub's own code (a call on its way): the next slice */
+	struct ring *q = ring();
+	if (!__atomic_load_n(&q->open, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&q->head, __ATOMIC_SEQ_CST) == __atomic_load_n(&q->tail, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&run->next, __ATOMIC_SEQ_CST) != RUN_NONE)
+		return;
+	u32 unlocked = 0;
+	if (!__atomic_compare_exchange_n(&q->lock, &unlocked, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		return;
+	struct slot *s = slot_at(cur);
+	u32 next = RUN_NONE;
+	while (__atomic_load_n(&q->open, __ATOMIC_RELAXED) && q->head != q->tail &&
+	       q->tail - q->head <= RING_SIZE) {
+		u32 c = q->ents[q->head % RING_SIZE];
+		q->head++;
+		if (c >= SYSMSG_MAX_THREADS || c == cur)
+			continue;
+		u32 parked = STATE_PARKED;
+		/* A context the sandbox took meanwhile (a kick) is no longer parked: dropped. */
+		if (__atomic_compare_exchange_n(&slot_at(c)->state, &parked, STATE_RESUME, 0,
+						__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			next = c;
+			break;
+		}
+	}
+	if (next == RUN_NONE) {
+		__atomic_store_n(&q->lock, 0, __ATOMIC_SEQ_CST);
+		return;
+	}
+	save_regs(s->regs, uc->gregs);
+	save_fp(cur, uc);
+	s->runner = RUN_NONE;
+	q->ents[q->tail % RING_SIZE] = cur;
+	q->tail++;
+	struct slot *t = slot_at(next);
+	t->runner = self;
+	__atomic_store_n(&run->cur, next, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&s->state, STATE_PARKED, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&q->lock, 0, __ATOMIC_SEQ_CST);
+
+	load_fp(next, uc);
+	load_regs(uc->gregs, t->regs);
+	sys3(NR_arch_prctl, ARCH_SET_FS, t->regs[FS_BASE], 0);
+}
+
 static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 {
 	u64 sp;
@@ -284,6 +396,10 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	u64 block = sp & ~(SYSMSG_BLOCK - 1);
 	u32 self = (u32)((block - SYSMSG_BASE - SYSMSG_THREADS) / SYSMSG_BLOCK);
 	struct runner *run = (struct runner *)(block + RUN_CUR);
+	if (sig == SIG_SLICE) {
+		rotate(self, run, uc);
+		return;
+	}
 	u32 cur = __atomic_load_n(&run->cur, __ATOMIC_SEQ_CST);
 	if (cur >= SYSMSG_MAX_THREADS)
 		die(118); /* an idle runner runs no tenant code */
@@ -324,11 +440,7 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 		}
 	}
 
-	r[R15] = g[G_R15]; r[R14] = g[G_R14]; r[R13] = g[G_R13]; r[R12] = g[G_R12];
-	r[RBP] = g[G_RBP]; r[RBX] = g[G_RBX]; r[R11] = g[G_R11]; r[R10] = g[G_R10];
-	r[R9] = g[G_R9];   r[R8] = g[G_R8];   r[RAX] = g[G_RAX]; r[RCX] = g[G_RCX];
-	r[RDX] = g[G_RDX]; r[RSI] = g[G_RSI]; r[RDI] = g[G_RDI]; r[RIP] = g[G_RIP];
-	r[EFLAGS] = g[G_EFL]; r[RSP] = g[G_RSP];
+	save_regs(r, g);
 	r[ORIG_RAX] = sig == SIGSYS ? (u64)(i64)si->syscall : (u64)-1;
 	s->signo = sig;
 	s->code = code;
@@ -364,18 +476,15 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	if (next != cur || s->fpstate != (u64)uc->fpregs)
 		load_fp(next, uc);
 	s->runner = self;
-	g[G_R15] = r[R15]; g[G_R14] = r[R14]; g[G_R13] = r[R13]; g[G_R12] = r[R12];
-	g[G_RBP] = r[RBP]; g[G_RBX] = r[RBX]; g[G_R11] = r[R11]; g[G_R10] = r[R10];
-	g[G_R9] = r[R9];   g[G_R8] = r[R8];   g[G_RAX] = r[RAX]; g[G_RCX] = r[RCX];
-	g[G_RDX] = r[RDX]; g[G_RSI] = r[RSI]; g[G_RDI] = r[RDI]; g[G_RIP] = r[RIP];
-	g[G_EFL] = r[EFLAGS]; g[G_RSP] = r[RSP];
+	load_regs(g, r);
 	if ((flags & SLOT_F_SET_FS) || next != cur)
 		sys3(NR_arch_prctl, ARCH_SET_FS, r[FS_BASE], 0);
 	if (flags & SLOT_F_RESET_FPU)
 		reset_fpu(uc->fpregs);
 }
 
-static const int trapped_signals[] = { SIGSYS, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIG_PREEMPT };
+static const int trapped_signals[] = { SIGSYS, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIG_PREEMPT,
+				       SIG_SLICE };
 
 void stub_main(u64 *sp)
 {
@@ -441,6 +550,7 @@ void stub_main(u64 *sp)
 	if (sys3(NR_sigaltstack, ss, 0, 0) != 0)
 		die(124);
 	sys3(NR_set_tid_address, block + RUN_ALIVE, 0, 0);
+	runner_timer();
 	if (sys3(NR_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0, SYSMSG_BASE + SETUP_TENANT_FPROG) != 0)
 		die(125);
 	stub_boot();
@@ -576,6 +686,10 @@ __asm__(
 	"	inc %r14d\n"
 	"	jmp control_ack\n"
 	"clone_child:\n"
+	"	mov 16(%rbx), %rsp\n"         /* the top of its signal stack: signals are still blocked */
+	"	add 32(%rbx), %rsp\n"
+	"	and $-16, %rsp\n"
+	"	call runner_timer\n"
 	"	mov $131, %eax\n"              /* sigaltstack(op->len.., NULL) */
 	"	lea 16(%rbx), %rdi\n"
 	"	xor %esi, %esi\n"

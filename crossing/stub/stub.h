@@ -114,4 +114,22 @@
 
 #define SIG_PREEMPT 12 /* SIGUSR2: the sandbox's preemption signal */
 
+/*
+ * The ring: contexts parked for the runners to take turns with, without the sandbox. Each runner
+ * has a timer on its own CPU time that sends it SIG_SLICE every SLICE_NS; while the ring is open
+ * and holds a context, the runner parks the one it runs at the ring's tail and takes the one at
+ * its head, in the handler, waking nobody. The sandbox fills and opens the ring, and closes it
+ * (taking the lock, so that it sees which runner holds which context) before it schedules any of
+ * them itself. A runner never waits for the lock: it skips its turn.
+ */
+#define SIG_SLICE   10 /* SIGUSR1: a runner's slice timer */
+#define SLICE_NS    10000000
+#define SYSMSG_RING 0x6000UL /* writable: struct ring */
+#define RING_LOCK   0x00 /* u32: 1 while held */
+#define RING_OPEN   0x04 /* u32: 1 while the runners may take turns */
+#define RING_HEAD   0x08 /* u32: free-running index of the next context to take */
+#define RING_TAIL   0x0c /* u32: free-running index after the last one */
+#define RING_ENTS   0x10 /* u32[RING_SIZE]: context indices */
+#define RING_SIZE   256
+
 #endif

@@ -563,6 +563,13 @@ func (k *Kernel) preemptLoop() {
 			next = time.Now()
 		}
 		k.mu.Lock()
+		if k.sched.Delegate(sameStub, openRing) {
+			// Only equal threads of one process want the vCPUs: their runners take turns on
+			// their own timers, and this ticker sleeps until the kernelet takes the ring back.
+			k.preempting = false
+			k.mu.Unlock()
+			return
+		}
 		due, switches, waiting := k.sched.Overdue()
 		if !waiting || k.closed {
 			k.preempting = false
@@ -580,6 +587,56 @@ func (k *Kernel) preemptLoop() {
 			switchTo(sw)
 		}
 	}
+}
+
+// threadOf is the stub thread of a kernelet task's owner.
+func threadOf(kt *kernelet.Task) *crossing.Thread {
+	if t, ok := kt.Owner.(*Task); ok {
+		return t.th
+	}
+	return nil
+}
+
+// sameStub says whether two tasks' threads are contexts of one stub: only those can take turns
+// on its runners.
+func sameStub(a, b *kernelet.Task) bool {
+	x, y := threadOf(a), threadOf(b)
+	return x != nil && y != nil && x.Stub() == y.Stub()
+}
+
+// openRing lets the runners of held take turns with parked in their stub (kernelet.Delegate),
+// and returns how to take them back: which task each runner holds then, and whether it runs
+// tenant code.
+func openRing(held, parked []*kernelet.Task) (func() []*kernelet.Task, bool) {
+	of := map[*crossing.Thread]*kernelet.Task{}
+	threads := func(kts []*kernelet.Task) []*crossing.Thread {
+		ths := make([]*crossing.Thread, len(kts))
+		for i, kt := range kts {
+			ths[i] = threadOf(kt)
+			of[ths[i]] = kt
+		}
+		return ths
+	}
+	h, p := threads(held), threads(parked)
+	if len(h) == 0 || h[0] == nil {
+		return nil, false
+	}
+	stub := h[0].Stub()
+	runners, ok := stub.OpenRing(h, p)
+	if !ok {
+		return nil, false
+	}
+	return func() []*kernelet.Task {
+		ths := stub.CloseRing(runners)
+		out := make([]*kernelet.Task, len(ths))
+		for i, th := range ths {
+			if kt := of[th]; th != nil && kt != nil {
+				kt.InTenant.Store(th.Running())
+				out[i] = kt
+			}
+		}
+		return out
+	}, true
 }
 
 // switchTo carries out a hand-over the kernelet made at a slice's end from a task in tenant code

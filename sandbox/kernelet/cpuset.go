@@ -90,7 +90,7 @@ func (t *Task) Affinity() CPUSet {
 // Preempted itself).
 func (t *Task) SetAffinity(s CPUSet, self bool) bool {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	var set CPUSet
 	for i := 0; i < k.n; i++ {
 		if s.Has(i) {
@@ -143,7 +143,7 @@ func (t *Task) Policy() (Policy, int) {
 // caller checks). Batch is kept as given (sched_getscheduler shows it) and scheduled as Other. self says the caller is the task itself (it should call Preempted after).
 func (t *Task) SetPolicy(p Policy, rtprio int, self bool) {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	t.charge(k.now())
 	t.policy, t.rtprio = p, rtprio
 	kicks := k.reconsider(t, self)
@@ -161,7 +161,7 @@ func (t *Task) Nice() int {
 // SetNice sets the nice value, clamped to -20..19.
 func (t *Task) SetNice(nice int, self bool) {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	t.charge(k.now())
 	t.nice = min(max(nice, -20), 19)
 	kicks := k.reconsider(t, self)

@@ -112,6 +112,8 @@ type Kernelet struct {
 	runs        []run
 	runsPending atomic.Bool
 	runDone     *sync.Cond // on mu: a task's OnRun calls in flight are over
+
+	ring *ring // the vCPUs and waiting tasks given to a stub's runners (ring.go), or nil
 }
 
 // run is one OnRun call still to be made.
@@ -167,7 +169,8 @@ type Task struct {
 	queued   *VCPU // the run queue it waits in
 	// parked: it waits in queued with no carrier reading grant; give calls OnRun instead.
 	parked bool
-	inRun  int // OnRun calls for it that are due or under way
+	inRun  int  // OnRun calls for it that are due or under way
+	ringed bool // in a ring: it holds or waits for a vCPU as the ring's runners decide
 	grant  chan *VCPU
 	exited bool
 }
@@ -261,7 +264,7 @@ func (k *Kernelet) Resize(n int) error {
 	if n < 1 {
 		return fmt.Errorf("kernelet: %d vCPUs", n)
 	}
-	k.mu.Lock()
+	k.lockTaking()
 	var kicks []*Task
 	k.n = n
 	for i := range k.vcpus {
@@ -312,7 +315,7 @@ func (v *VCPU) free() bool { return v.holder == nil && !v.lent }
 // queue (no sleeper credit: it was preempted, not asleep) and waits as any waiter does.
 func (t *Task) Acquire() *VCPU {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	for t.vcpu != nil && t.inRun > 0 {
 		// Given while parked: let the OnRun call due or under way find the context taken, so
 		// that none can come after this carrier has run on and let go of the vCPU.
@@ -687,7 +690,7 @@ func (k *Kernelet) release(v *VCPU) []*Task {
 // A parked task that calls it (its thread trapped and now blocks) leaves its run queue too.
 func (t *Task) Release() {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	kicks := t.releaseLocked()
 	k.unlock(kicks)
 }
@@ -718,7 +721,7 @@ func (t *Task) releaseLocked() []*Task {
 // Exit ends the task: it lets go of its vCPUs and leaves any run queue (parked or not).
 func (t *Task) Exit() {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	kicks := t.releaseLocked()
 	k.dequeue(t)
 	if !t.exited {
@@ -767,7 +770,7 @@ func (t *Task) PreemptedPark(park func()) bool {
 		t.Preempted()
 		return false
 	}
-	k.mu.Lock()
+	k.lockTaking()
 	v := t.vcpu
 	if v == nil {
 		k.mu.Unlock()
@@ -815,7 +818,7 @@ func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
 // queues the task, and waits for a vCPU again (k.mu taken here).
 func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool) bool {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	v := t.vcpu
 	if v == nil {
 		k.mu.Unlock()
@@ -895,6 +898,11 @@ func (k *Kernelet) maxQueuedVr(class int) int64 {
 // registers are not parked until the kernel has carried out its switch.
 func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 	k.mu.Lock()
+	if k.ring != nil {
+		waiting = k.waiting > 0
+		k.mu.Unlock()
+		return nil, nil, waiting
+	}
 	now := k.now()
 	for _, v := range k.vcpus {
 		h := v.holder
@@ -954,7 +962,7 @@ func (k *Kernelet) doKicks(ts []*Task) {
 // ReturnSpare, or at once when the task lets go of its own vCPU.
 func (t *Task) BorrowSpare() bool {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	defer k.mu.Unlock()
 	if t.spare != nil {
 		return true
@@ -977,7 +985,7 @@ func (t *Task) BorrowSpare() bool {
 // free and unwanted, and reports whether the task holds a spare now.
 func (t *Task) SpinSpare(borrow bool) bool {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	var kicks []*Task
 	if s := t.spare; s != nil && (k.waiting > 0 || s.retiring) {
 		t.setSpare(nil)
@@ -1008,7 +1016,7 @@ func (t *Task) SpareWanted() bool {
 // ReturnSpare gives a borrowed spare back.
 func (t *Task) ReturnSpare() {
 	k := t.k
-	k.mu.Lock()
+	k.lockTaking()
 	var kicks []*Task
 	if s := t.spare; s != nil {
 		t.setSpare(nil)
@@ -1027,7 +1035,7 @@ func (t *Task) HasSpare() bool {
 // TryAcquire lends a free vCPU to a caller that is not a task (the crossing's timing at start),
 // if one is free and nobody waits; give it back with Release.
 func (k *Kernelet) TryAcquire() *VCPU {
-	k.mu.Lock()
+	k.lockTaking()
 	defer k.mu.Unlock()
 	if k.waiting > 0 {
 		return nil
@@ -1043,7 +1051,7 @@ func (k *Kernelet) TryAcquire() *VCPU {
 
 // Release gives back a vCPU lent by TryAcquire.
 func (k *Kernelet) Release(v *VCPU) {
-	k.mu.Lock()
+	k.lockTaking()
 	kicks := k.release(v)
 	k.unlock(kicks)
 }
