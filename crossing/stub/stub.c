@@ -346,7 +346,9 @@ static void rotate(u32 self, struct runner *run, struct ucontext *uc)
 	if (cur >= SYSMSG_MAX_THREADS || (ip >= STUB_BASE && ip < (u64)__stub_boot_end))
 		return; /* idle, or in the stub's own code (a call on its way): the next slice */
 	struct ring *q = ring();
-	if (!__atomic_load_n(&q->open, __ATOMIC_SEQ_CST) ||
+	/* A kicked context keeps the runner: the kick's signal, pending, traps it next. */
+	if (__atomic_load_n(&slot_at(cur)->kick, __ATOMIC_SEQ_CST) ||
+	    !__atomic_load_n(&q->open, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&q->head, __ATOMIC_SEQ_CST) == __atomic_load_n(&q->tail, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&run->next, __ATOMIC_SEQ_CST) != RUN_NONE)
 		return;
