@@ -15,6 +15,11 @@
 // kernel's OnRun hook rather than waking a carrier; Overdue may also swap a holder running tenant
 // code for a parked task at once (a Switch), which the kernel carries out on the same stub thread.
 //
+// When every vCPU runs tenant code of one process and only parked equals of it wait, Delegate
+// hands them to that process's stub (a ring, ring.go): its runners take turns on their own
+// timers, and no sandbox thread wakes for a slice until a call that changes anything takes the
+// ring back.
+//
 // It must never import the kernel proper, and never let a task run (or spin) without holding a
 // vCPU: the kernelet only hands out vCPUs, it does not run anything itself.
 package kernelet

@@ -90,13 +90,6 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held, parked [
 	return true
 }
 
-// Delegated reports whether a ring holds the vCPUs.
-func (k *Kernelet) Delegated() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.ring != nil
-}
-
 // endRing takes a ring's vCPUs and tasks back (k.mu held): each vCPU goes to the task its runner
 // holds now, the other members wait parked, behind in the order of their virtual runtimes as
 // before the ring (they all ran alike meanwhile). The ticker is started again after the lock is
