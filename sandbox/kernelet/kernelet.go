@@ -776,15 +776,10 @@ func (t *Task) PreemptedPark(park func()) bool {
 		return false
 	}
 	k.lockTaking()
-	v := t.vcpu
-	if v == nil {
-		k.mu.Unlock()
-		return false
-	}
-	now := k.now()
-	mustMove := v.retiring || !t.allowed(v)
-	w := k.best(v)
-	if !mustMove && (w == nil || !k.shouldYieldTo(t, w, now, wakeupGranularity)) {
+	v, w, now, mustMove, ok := t.wayFor(func(w *Task, now int64) bool {
+		return k.shouldYieldTo(t, w, now, wakeupGranularity)
+	})
+	if !ok {
 		k.mu.Unlock()
 		return false
 	}
@@ -824,15 +819,8 @@ func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
 func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool) bool {
 	k := t.k
 	k.lockTaking()
-	v := t.vcpu
-	if v == nil {
-		k.mu.Unlock()
-		return false
-	}
-	now := k.now()
-	mustMove := v.retiring || !t.allowed(v)
-	w := k.best(v)
-	if !mustMove && (w == nil || !yieldTo(w, now)) {
+	v, w, now, mustMove, ok := t.wayFor(yieldTo)
+	if !ok {
 		k.mu.Unlock()
 		return false
 	}
@@ -844,6 +832,19 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool)
 	}
 	<-t.grant // posted by give, now or when a vCPU comes free
 	return true
+}
+
+// wayFor decides whether the task gives its vCPU v up: it must move (v retires, or the task may
+// no longer run on it), or yieldTo says so of w, the best waiter for v. ok is false if the task
+// holds no vCPU or keeps it (k.mu held).
+func (t *Task) wayFor(yieldTo func(w *Task, now int64) bool) (v *VCPU, w *Task, now int64, mustMove, ok bool) {
+	if v = t.vcpu; v == nil {
+		return nil, nil, 0, false, false
+	}
+	now = t.k.now()
+	mustMove = v.retiring || !t.allowed(v)
+	w = t.k.best(v)
+	return v, w, now, mustMove, mustMove || w != nil && yieldTo(w, now)
 }
 
 // leave is the state change of giving way: t lets go of v and of its spare, v goes to w (or to

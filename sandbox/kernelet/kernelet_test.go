@@ -18,6 +18,24 @@ func newK(t *testing.T, n int) *Kernelet {
 	return k
 }
 
+// clockedK is newK with a clock the test moves.
+func clockedK(t *testing.T, n int) (*Kernelet, *atomic.Int64) {
+	t.Helper()
+	k := newK(t, n)
+	now := new(atomic.Int64)
+	k.clock = now.Load
+	return k, now
+}
+
+// exitAll ends the tasks and checks that the kernelet holds nothing but its vCPUs then.
+func exitAll(t *testing.T, k *Kernelet, ts ...*Task) {
+	t.Helper()
+	for _, x := range ts {
+		x.Exit()
+	}
+	require.Equal(t, Stats{VCPUs: k.N()}, k.Stats())
+}
+
 // waitFor spins until cond holds (the other goroutines queue themselves), failing after a while.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -231,9 +249,7 @@ func TestKick(t *testing.T) {
 // The time slice: a holder is overdue when an equal has waited a slice; an RR holder among equal
 // RR tasks too; a FIFO holder never by an equal.
 func TestOverdue(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	h := k.NewTask("h")
 	h.Acquire()
 	due, _, wait := k.Overdue()
@@ -289,9 +305,7 @@ func TestNiceWeights(t *testing.T) {
 	require.InDelta(t, 1024*1.25, Weight(-1), 1)
 	require.Equal(t, Weight(-20), Weight(-40))
 
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	kicked := make(chan *Task, 4)
 	k.OnKick(func(x *Task) { kicked <- x })
 	hi := k.NewTask("nice0")

@@ -81,9 +81,7 @@ func parkBehind(t *testing.T, k *Kernelet, now *atomic.Int64, p, w *Task) *VCPU 
 // A task preempted in tenant code parks: its vCPU goes to the waiter and it returns at once;
 // when the vCPU comes free, OnRun (outside the lock) resumes it, and no grant is left behind.
 func TestPreemptedPark(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	runs := logRuns(k)
 	a, b := k.NewTask("a"), k.NewTask("b")
 	var gaveWay atomic.Int32
@@ -145,9 +143,7 @@ func TestPreemptedPark(t *testing.T) {
 // With nobody to give way to, PreemptedPark keeps the vCPU and parks nothing; without an OnRun
 // hook it never parks but gives way as Preempted does.
 func TestPreemptedParkKeeps(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	runs := logRuns(k)
 	a := k.NewTask("a")
 	v := a.Acquire()
@@ -185,15 +181,13 @@ func TestPreemptedParkKeeps(t *testing.T) {
 // Overdue hands a holder running tenant code over to a parked successor itself (a Switch, no
 // OnRun); a holder not in tenant code is only due.
 func TestOverdueSwitch(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	runs := logRuns(k)
 	p, a := k.NewTask("p"), k.NewTask("a")
 	var aGaveWay atomic.Int32
 	a.OnGiveWay = func() { aGaveWay.Add(1) }
 	p.Acquire()
-	v := parkBehind(t, k, &now, p, a)
+	v := parkBehind(t, k, now, p, a)
 
 	now.Add(int64(Slice))
 	due, sw, waiting := k.Overdue()
@@ -237,16 +231,14 @@ func TestOverdueSwitch(t *testing.T) {
 // A task switched out by Overdue is not switched in elsewhere by the same call (its registers
 // are not parked until the kernel has carried out the first switch): the next call does it.
 func TestOverdueSwitchNotChained(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 2)
-	k.clock = now.Load
+	k, now := clockedK(t, 2)
 	logRuns(k)
 	p, h0, h1 := k.NewTask("p"), k.NewTask("h0"), k.NewTask("h1")
 	require.True(t, p.SetAffinity(CPUSetOf(0), false))
 	require.Equal(t, 0, p.Acquire().ID)
 	v1 := h1.Acquire()
 	require.Equal(t, 1, v1.ID)
-	v0 := parkBehind(t, k, &now, p, h0)
+	v0 := parkBehind(t, k, now, p, h0)
 	require.Equal(t, 0, v0.ID)
 	h0.InTenant.Store(true)
 	h1.InTenant.Store(true)
@@ -262,22 +254,17 @@ func TestOverdueSwitchNotChained(t *testing.T) {
 	due, sw, _ = k.Overdue()
 	require.Empty(t, due)
 	require.Equal(t, []Switch{{From: h1, To: h0, V: v1}}, sw)
-	for _, x := range []*Task{p, h0, h1} {
-		x.Exit()
-	}
-	require.Equal(t, Stats{VCPUs: 2}, k.Stats())
+	exitAll(t, k, p, h0, h1)
 }
 
 // A parked task whose thread traps before it is given a vCPU waits on its grant as any waiter;
 // it keeps its place, gets the vCPU when the holder lets go, and no OnRun comes.
 func TestParkedAcquireFirst(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	runs := logRuns(k)
 	p, a := k.NewTask("p"), k.NewTask("a")
 	p.Acquire()
-	v := parkBehind(t, k, &now, p, a)
+	v := parkBehind(t, k, now, p, a)
 
 	got := make(chan *VCPU, 1)
 	go func() { got <- p.Acquire() }()
@@ -311,13 +298,11 @@ func TestParkedAcquireFirst(t *testing.T) {
 // A parked task that exits (or releases, as a trapped thread about to block does) leaves its run
 // queue; the vCPU then goes to nobody.
 func TestParkedLeaves(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	runs := logRuns(k)
 	p, q, a := k.NewTask("p"), k.NewTask("q"), k.NewTask("a")
 	p.Acquire()
-	parkBehind(t, k, &now, p, q)
+	parkBehind(t, k, now, p, q)
 	q.InTenant.Store(true)
 	now.Add(int64(Slice))
 	_, sw, _ := k.Overdue()
@@ -338,7 +323,7 @@ func TestParkedLeaves(t *testing.T) {
 	// Release by a parked task (its thread trapped and is about to block): it leaves its queue,
 	// and comes back later as any sleeper does.
 	require.Same(t, v, p.Acquire())
-	parkBehind(t, k, &now, p, a)
+	parkBehind(t, k, now, p, a)
 	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 1, Parked: 1, Tasks: 2}, k.Stats())
 	p.Release()
 	require.False(t, p.Parked())

@@ -1,5 +1,7 @@
 package kernelet
 
+import "slices"
+
 // A ring hands the vCPUs and the waiting tasks to the stub of one process while they are all
 // equals of that process: its runners then take turns among the tasks on their own timers, and
 // no sandbox thread wakes for a slice. The kernelet keeps the tasks' places meanwhile (ringed),
@@ -61,11 +63,15 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held, parked [
 	if len(parked) != k.waiting {
 		return false
 	}
-	for i := 1; i < len(parked); i++ { // insertion sort into the order they would run
-		for j := i; j > 0 && before(parked[j], parked[j-1]); j-- {
-			parked[j], parked[j-1] = parked[j-1], parked[j]
+	slices.SortFunc(parked, func(a, b *Task) int { // the order they would run in
+		switch {
+		case before(a, b):
+			return -1
+		case before(b, a):
+			return 1
 		}
-	}
+		return 0
+	})
 	close, ok := open(held, parked)
 	if !ok {
 		return false

@@ -1,7 +1,6 @@
 package kernelet
 
 import (
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,13 +13,11 @@ func sameGroup(a, b *Task) bool { return a.Owner.(string)[0] == b.Owner.(string)
 // changes anything takes the ring back: each vCPU goes to the task its runner holds by then, and
 // the others wait parked again.
 func TestDelegateAndTakeBack(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	runs := logRuns(k)
 	a, b, c := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
 	a.Acquire()
-	v := parkBehind(t, k, &now, a, b)
+	v := parkBehind(t, k, now, a, b)
 	now.Add(int64(Slice))
 	require.True(t, b.PreemptedPark(func() {}))
 	require.Len(t, runs.get(), 1, "a was run again (OnRun)")
@@ -76,21 +73,16 @@ func TestDelegateAndTakeBack(t *testing.T) {
 	}
 	k.mu.Unlock()
 
-	for _, x := range []*Task{a, b, c} {
-		x.Exit()
-	}
-	require.Equal(t, Stats{VCPUs: 1}, k.Stats())
+	exitAll(t, k, a, b, c)
 }
 
 // Tasks of another group, or of another weight, are not equals: no ring.
 func TestDelegateOnlyEquals(t *testing.T) {
-	var now atomic.Int64
-	k := newK(t, 1)
-	k.clock = now.Load
+	k, now := clockedK(t, 1)
 	logRuns(k)
 	a, b := k.NewTask("a1"), k.NewTask("b1")
 	a.Acquire()
-	parkBehind(t, k, &now, a, b)
+	parkBehind(t, k, now, a, b)
 	b.InTenant.Store(true)
 	open := func(held, parked []*Task) (func() []*Task, bool) {
 		return func() []*Task { return nil }, true
@@ -104,7 +96,7 @@ func TestDelegateOnlyEquals(t *testing.T) {
 	c, d := k.NewTask("c1"), k.NewTask("c2")
 	c.Acquire()
 	d.SetNice(5, false)
-	parkBehind(t, k, &now, c, d)
+	parkBehind(t, k, now, c, d)
 	d.InTenant.Store(true)
 	require.False(t, k.Delegate(sameGroup, open), "nice 5 and nice 0")
 	c.Exit()
