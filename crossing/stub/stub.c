@@ -475,11 +475,14 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	if (flags & SLOT_F_EXIT)
 		for (;;)
 			sys3(NR_exit, 0, 0, 0);
-	if (next != cur || s->fpstate != (u64)uc->fpregs)
+	/* A context that comes from elsewhere (another one ran here, or it was parked) brings its
+	 * FPU state and FS base; one resumed in this frame keeps them. */
+	int moved = next != cur || s->fpstate != (u64)uc->fpregs;
+	if (moved)
 		load_fp(next, uc);
 	s->runner = self;
 	load_regs(g, r);
-	if ((flags & SLOT_F_SET_FS) || next != cur)
+	if ((flags & SLOT_F_SET_FS) || moved)
 		sys3(NR_arch_prctl, ARCH_SET_FS, r[FS_BASE], 0);
 	if (flags & SLOT_F_RESET_FPU)
 		reset_fpu(uc->fpregs);
