@@ -44,13 +44,14 @@ func (s *Stub) unlockRing(held bool) {
 }
 
 // OpenRing lets the runners that run held take turns with parked. It changes nothing and returns
-// false unless every context of held runs tenant code on a runner of its own with no switch
+// false if a ring is open already, or unless every context of held runs tenant code on a runner of its own with no switch
 // ordered, and every context of parked waits parked; otherwise it returns the runners of held, in
 // order, which CloseRing takes.
 func (s *Stub) OpenRing(held, parked []*Thread) ([]int, bool) {
 	s.mu.Lock() // the sysmsg mapping stays while it is held
 	defer s.mu.Unlock()
-	if s.sysmsg == nil || len(parked) == 0 || len(parked) > ringSize {
+	if s.sysmsg == nil || len(parked) == 0 || len(parked) > ringSize ||
+		atomic.LoadUint32(s.ringU32(ringOpen)) != 0 {
 		return nil, false
 	}
 	runners := make([]int, len(held))

@@ -2,6 +2,7 @@ package crossing
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -322,6 +323,25 @@ func (t *Thread) Park() bool {
 		s.idled(r)
 	}
 	return ok
+}
+
+// ParkFresh parks a context that has not run yet (a new thread at its first stop) as Park does,
+// with the fresh FPU state its first resume would give it (ResumeResetFPU) and the FS base its
+// registers hold: a runner can start it without its carrier.
+func (t *Thread) ParkFresh() bool {
+	s := t.stub
+	if atomic.LoadUint32(t.state) != stateTrapped {
+		return false
+	}
+	// An FXSAVE image of x87's and SSE's defaults, without the XSAVE marker: the host's
+	// sigreturn puts every other component in its init state.
+	area := t.base + blockFPArea
+	img := s.sysmsg[area : area+blockFPSize]
+	clear(img)
+	binary.LittleEndian.PutUint16(img[0:], 0x37f)
+	binary.LittleEndian.PutUint32(img[24:], 0x1f80)
+	atomic.StoreUint64(s.u64(t.base+slotFPState), uint64(SysmsgBase+area))
+	return t.Park()
 }
 
 // Wait waits (without resuming anything) for the context's next trap: the carrier of a parked

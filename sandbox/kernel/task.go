@@ -53,6 +53,8 @@ type Task struct {
 	// parked: the task gave way at a preemption with its registers parked in the stub: the
 	// carrier only waits for its next trap, which some runner takes it to without the carrier.
 	parked bool
+	// fresh: a new thread of a running process that has not run yet (thread.go).
+	fresh bool
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
@@ -130,7 +132,16 @@ func (t *Task) run() {
 		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
 		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
 	}
-	t.kt.Acquire()
+	if t.fresh {
+		// A new thread that must wait for a vCPU waits parked, as a preempted one does: a ring
+		// can take it up without its carrier.
+		t.fresh = false
+		if t.kt.AcquireOrPark(t.parkFresh) == nil {
+			t.parked = true
+		}
+	} else {
+		t.kt.Acquire()
+	}
 	started := threadCPU() // the carrier's own CPU time: the task's system time
 	t.fast = t.th.Trap().Kind == crossing.TrapCall
 	var ended ExitStatus
@@ -324,6 +335,16 @@ func (t *Task) exitGroup(st ExitStatus) {
 	if others {
 		t.p.stub.Kill()
 	}
+}
+
+// parkFresh parks a new thread's registers before its first run, with the fresh FPU state and
+// FS base its first resume would set (kernelet.AcquireOrPark).
+func (t *Task) parkFresh() bool {
+	if t.resumeFlags != crossing.ResumeSetFS|crossing.ResumeResetFPU || !t.th.ParkFresh() {
+		return false
+	}
+	t.resumeFlags = 0
+	return true
 }
 
 // pendingSignal reports whether the task has something to do in the kernel before it runs tenant

@@ -60,6 +60,7 @@ func (t *Task) newThread(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	regs.Fs_base = nt.fsBase
 	*th.Regs = regs
 	nt.resumeFlags = crossing.ResumeSetFS | crossing.ResumeResetFPU
+	nt.fresh = true
 	var b [4]byte
 	binary.LittleEndian.PutUint32(b[:], uint32(tid))
 	if flags&unix.CLONE_PARENT_SETTID != 0 {

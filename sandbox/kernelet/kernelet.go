@@ -318,7 +318,15 @@ func (v *VCPU) free() bool { return v.holder == nil && !v.lent }
 // A parked task whose thread trapped after all (a system call raced the park) calls Acquire
 // too: it gets the vCPU it was given while parked at once, else it keeps its place in its run
 // queue (no sleeper credit: it was preempted, not asleep) and waits as any waiter does.
-func (t *Task) Acquire() *VCPU {
+func (t *Task) Acquire() *VCPU { return t.acquire(nil) }
+
+// AcquireOrPark is Acquire for a task whose registers may wait parked before it first runs (a
+// new thread's): if the new task has to wait, park is called under the kernelet's lock (it must
+// only flip shared memory) and, if it parked the registers, the task waits parked (OnRun resumes
+// it) and AcquireOrPark returns nil at once.
+func (t *Task) AcquireOrPark(park func() bool) *VCPU { return t.acquire(park) }
+
+func (t *Task) acquire(park func() bool) *VCPU {
 	k := t.k
 	k.lockTaking()
 	for t.vcpu != nil && t.inRun > 0 {
@@ -352,9 +360,18 @@ func (t *Task) Acquire() *VCPU {
 		// A sleeper comes back a little behind the others, not with all the credit it saved.
 		t.vr = max(t.vr, k.minVr-sleeperCredit)
 	}
+	fresh := t.fresh
 	kicks := k.place(t)
 	t.fresh = false
 	v := t.vcpu
+	if v == nil && fresh && park != nil && k.onRun != nil && park() {
+		t.parked = true // queued by place: a give from now on calls OnRun
+		k.unlock(kicks)
+		if k.onWait != nil {
+			k.onWait()
+		}
+		return nil
+	}
 	k.unlock(kicks)
 	if v != nil {
 		return <-t.grant // posted by give

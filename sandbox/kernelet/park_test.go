@@ -441,3 +441,38 @@ func TestParkUnderLoad(t *testing.T) {
 	require.Equal(t, Stats{VCPUs: 2}, k.Stats())
 	require.Equal(t, 2, k.Idle())
 }
+
+// A new task that must wait parks (AcquireOrPark returns nil at once) and is run by OnRun when a
+// vCPU comes free; one that finds a free vCPU takes it and parks nothing. Only a new task parks.
+func TestNewTaskWaitsParked(t *testing.T) {
+	k, _ := clockedK(t, 1)
+	runs := logRuns(k)
+	a, b := k.NewTask("a"), k.NewTask("b")
+	parks := 0
+	park := func() bool { parks++; return true }
+	v := acquireNow(t, a)
+	require.Same(t, v, a.AcquireOrPark(park), "a holds its vCPU: no park")
+	require.Zero(t, parks)
+
+	require.Nil(t, b.AcquireOrPark(park))
+	require.Equal(t, 1, parks)
+	require.True(t, b.Parked())
+	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 1, Parked: 1, Tasks: 2}, k.Stats())
+
+	a.Release()
+	calls := runs.get()
+	require.Len(t, calls, 1)
+	require.Same(t, b, calls[0].t)
+	require.Same(t, v, calls[0].v)
+	require.False(t, b.Parked())
+
+	b.Release()
+	require.Same(t, v, acquireNow(t, a))
+	got := make(chan *VCPU, 1)
+	go func() { got <- b.AcquireOrPark(park) }()
+	waitFor(t, func() bool { return k.Stats().Waiting == 1 })
+	require.Equal(t, 1, parks, "b has run before: it waits as any waiter")
+	a.Release()
+	require.Same(t, v, <-got)
+	exitAll(t, k, a, b)
+}

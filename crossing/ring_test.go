@@ -1,0 +1,64 @@
+package crossing
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// Two contexts take turns on one runner through the ring, on the runner's own slice timer: each
+// counts on from where it stopped with its own FPU state, and nothing of the sandbox resumes
+// either. The second never ran before: it starts from ParkFresh with the fresh FPU state (the
+// x87 control word and MXCSR of a new thread).
+func TestRingTakesTurnsWithoutTheSandbox(t *testing.T) {
+	code := []byte{
+		0x48, 0xff, 0xc3, // loop: inc %rbx
+		0x66, 0x48, 0x0f, 0x6e, 0xc3, // movq %rbx, %xmm0
+		0xeb, 0xf6, // jmp loop
+	}
+	s, a := startTenant(t, code)
+	b, err := s.NewThread()
+	require.NoError(t, err)
+	*b.Regs = unix.PtraceRegs{Rip: codeAddr, Rsp: stackAddr + 2048, Eflags: 0x202, Rbx: 1 << 40}
+	require.True(t, b.ParkFresh())
+	require.True(t, b.Parked())
+	fresh := b.FPState()
+	require.Equal(t, uint16(0x37f), binary.LittleEndian.Uint16(fresh[0:]))
+	require.Equal(t, uint32(0x1f80), binary.LittleEndian.Uint32(fresh[24:]))
+
+	a.Regs.Rbx = 0
+	require.True(t, a.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	runners, ok := s.OpenRing([]*Thread{a}, []*Thread{b})
+	require.True(t, ok)
+	_, again := s.OpenRing([]*Thread{a}, []*Thread{b})
+	require.False(t, again, "a ring is open already")
+
+	// Both count: b from 1<<40, a from 0, taking turns every SliceNanos of the runner's CPU.
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Regs.Rbx <= 1<<40 || b.Parked() && a.Parked() {
+		require.True(t, time.Now().Before(deadline), "b never ran")
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(10 * SliceNanos)
+	got := s.CloseRing(runners)
+	require.Len(t, got, 1)
+	running := got[0]
+	require.NotNil(t, running)
+	other := a
+	if running == a {
+		other = b
+	}
+	running.Kick()
+	require.NoError(t, running.Wait())
+	require.Equal(t, TrapPreempt, running.Trap().Kind)
+	require.True(t, other.Parked(), "the other waits parked in the closed ring")
+
+	require.Greater(t, a.Regs.Rbx, uint64(0))
+	require.Less(t, a.Regs.Rbx, uint64(1<<40), "a's own count")
+	require.Greater(t, b.Regs.Rbx, uint64(1<<40), "b's own count")
+	require.Equal(t, a.Regs.Rbx, xmm0(a.FPState()), "a's FPU state went with its registers")
+	require.Equal(t, b.Regs.Rbx, xmm0(b.FPState()), "b's FPU state went with its registers")
+}
