@@ -3,15 +3,18 @@
 // pod's vCPUs from its CPU limits. It works on cgroup v1 (also in the hybrid layout) and v2,
 // through github.com/containerd/cgroups/v3.
 //
-// It must never move a process that is not the pod's sandbox (or its stubs, which follow it),
-// and never delete a cgroup it did not create.
+// It must never move a process that is not the pod's sandbox (or its stubs, which follow it), nor
+// a thread but a measuring one of the sandbox itself (LeaveWithThread), and never delete a cgroup
+// it did not create.
 package cgroupfair
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Pod is one pod's cgroup.
@@ -225,4 +229,42 @@ func cpusetSize(s string) (int, error) {
 		n += b - a + 1
 	}
 	return n, nil
+}
+
+// LeaveWithThread moves the calling thread, and no other thread of its process, to the root of
+// the cgroup v1 hierarchies of the cpu and cpuacct controllers: a measuring thread (endo run
+// --probe) then neither takes from the CPU share of the pod it observes nor counts as the pod's
+// use. The caller must hold its OS thread (runtime.LockOSThread) for as long as that matters. On
+// v2, a thread can leave its process's cgroup only inside a threaded subtree: it reports an
+// error and moves nothing.
+func LeaveWithThread() error {
+	if unified() {
+		return errors.New("cgroup v2: a thread cannot leave its process's cgroup")
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	moved := 0
+	for _, line := range strings.Split(string(mounts), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || g[0] != "cgroup" || f[3] != "/" {
+			continue
+		}
+		opts := strings.Split(g[2], ",")
+		if !slices.Contains(opts, "cpu") && !slices.Contains(opts, "cpuacct") {
+			continue
+		}
+		if err := os.WriteFile(path.Join(f[4], "tasks"), tid, 0); err != nil {
+			return fmt.Errorf("move thread to %s: %w", f[4], err)
+		}
+		moved++
+	}
+	if moved == 0 {
+		return errors.New("no cgroup v1 cpu hierarchy mounted")
+	}
+	return nil
 }

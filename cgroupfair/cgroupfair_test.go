@@ -5,11 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestVCPUs(t *testing.T) {
@@ -83,4 +86,64 @@ func TestMemoryLimitCarriesTheSandboxOverhead(t *testing.T) {
 	require.Equal(t, int64(64<<20+SandboxOverheadBytes), *r.Memory.Limit)
 	require.Equal(t, int64(64<<20), limit, "the caller's spec is not changed")
 	require.Nil(t, withOverhead(&specs.LinuxResources{}).Memory)
+}
+
+// A thread in a pod's cgroup leaves the cpu and cpuacct hierarchies for their roots; the other
+// threads of its process stay where they are, and the pod's cgroup can go without it.
+func TestLeaveWithThread(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root")
+	}
+	if unified() {
+		require.Error(t, LeaveWithThread())
+		return
+	}
+	dirs := []string{"/sys/fs/cgroup/cpu/endo-test-leave", "/sys/fs/cgroup/cpuacct/endo-test-leave"}
+	for _, d := range dirs {
+		require.NoError(t, os.MkdirAll(d, 0o755))
+	}
+	defer func() {
+		for _, d := range dirs {
+			os.Remove(d)
+		}
+	}()
+	cpuOf := func(tid int) string { // "" if unknown: it runs off the test's goroutine
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/cgroup", tid))
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.SplitN(l, ":", 3); len(f) == 3 && (f[1] == "cpu" || f[1] == "cpu,cpuacct") {
+				return f[2]
+			}
+		}
+		return ""
+	}
+	type result struct {
+		tid         int
+		before, now string
+		err         error
+	}
+	got := make(chan result)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		r := result{tid: unix.Gettid()}
+		for _, d := range dirs {
+			if r.err = os.WriteFile(d+"/tasks", []byte(strconv.Itoa(r.tid)), 0); r.err != nil {
+				got <- r
+				return
+			}
+		}
+		r.before = cpuOf(r.tid)
+		r.err = LeaveWithThread()
+		r.now = cpuOf(r.tid)
+		got <- r
+	}()
+	r := <-got
+	require.NoError(t, r.err)
+	require.Equal(t, "/endo-test-leave", r.before)
+	require.Equal(t, "/", r.now)
+	for _, d := range dirs {
+		b, err := os.ReadFile(d + "/tasks")
+		require.NoError(t, err)
+		require.Empty(t, strings.TrimSpace(string(b)), "nothing is left in %s", d)
+		require.NoError(t, os.Remove(d))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -39,7 +40,9 @@ type probe struct {
 const probeBudget = 50
 
 // StartProbe samples every interval (or less often, when samples are costly) until StopProbe.
-func (k *Kernel) StartProbe(interval time.Duration) {
+// onThread, if not nil, is called first on the probe's own OS thread, which it keeps (to move
+// the thread out of the pod's cgroup: cgroupfair.LeaveWithThread).
+func (k *Kernel) StartProbe(interval time.Duration, onThread func()) {
 	k.mu.Lock()
 	if k.probe != nil {
 		k.mu.Unlock()
@@ -51,6 +54,12 @@ func (k *Kernel) StartProbe(interval time.Duration) {
 	go func() {
 		defer close(pr.done)
 		defer k.atCarrierWeight()()
+		if onThread != nil {
+			// Locked once more than atCarrierWeight unlocks: the thread ends with the probe
+			// rather than go back to the runtime wherever onThread put it.
+			runtime.LockOSThread()
+			onThread()
+		}
 		files := statFiles{}
 		defer files.close()
 		// The thread sleeps in the host rather than on a Go timer: waking a locked goroutine
@@ -98,8 +107,10 @@ func (k *Kernel) StopProbe() ProbeResult {
 	return pr.res
 }
 
-// runnableNow counts the tasks that Linux has runnable: a task's carrier and its stub thread hand
-// the task back and forth, so a task counts once if either is in state R.
+// runnableNow counts the tasks that Linux has runnable: a task's carrier and the runner that holds
+// its context hand the task back and forth, so a task counts once if either is in state R. A
+// runner moves from context to context (a switch, the ring) while the sample is taken: a host
+// thread counts for one task at most.
 func (k *Kernel) runnableNow(files statFiles) int {
 	k.mu.Lock()
 	procs := make([]*Process, 0, len(k.procs))
@@ -110,13 +121,21 @@ func (k *Kernel) runnableNow(files statFiles) int {
 	self := os.Getpid()
 	n := 0
 	seen := make(map[[2]int]bool, len(files))
+	counted := map[[2]int]bool{}
 	for _, p := range procs {
 		p.mu.Lock()
 		tasks := append([]*Task(nil), p.tasks...)
 		p.mu.Unlock()
 		for _, t := range tasks {
-			c := int(t.carrier.Load())
-			if c != 0 && files.runnable(self, c, seen) || files.runnable(p.stub.Pid(), t.th.Tid(), seen) {
+			threads := [][2]int{{self, int(t.carrier.Load())}, {p.stub.Pid(), t.th.Tid()}}
+			fresh := false // a runnable thread not counted for another task
+			for _, th := range threads {
+				if th[1] != 0 && files.runnable(th[0], th[1], seen) {
+					fresh = fresh || !counted[th]
+					counted[th] = true
+				}
+			}
+			if fresh {
 				n++
 			}
 		}
