@@ -338,7 +338,8 @@ func schedFair(args []string) int {
 	fmt.Printf("\nThe two cgroups share a parent of the highest weight, so other work on the machine takes little from them.\n" +
 		"With a lock: one thread holds a pthread mutex for 10 ms at a time, 4 more take it between 1 ms bursts of work.\n" +
 		"probe max: the most of the sandbox's tasks Linux had runnable at once (endo run --probe: a sample every ms,\n" +
-		"  less often when samples cost more than a fiftieth of a CPU);\n" +
+		"  less often when samples cost more than a fiftieth of a CPU; on cgroup v1 the probe's thread runs\n" +
+		"  outside the sandbox's cgroup, so that its sampling neither takes from nor counts as the sandbox's CPU);\n" +
 		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line).\n")
 	return status
 }
