@@ -402,6 +402,8 @@ static void fair(int tasks, double seconds, int lock)
 			exit(1);
 		}
 	}
+	/* To stderr, which sched-fair watches: its window starts once every thread is up. */
+	fprintf(stderr, "schedbench: fair: %d threads up\n", n);
 	for (int i = 0; i < n; i++)
 		pthread_join(t[i], 0);
 	printf("fair ok %d\n", tasks);

@@ -217,6 +217,7 @@ type fairRun struct {
 	sibling, sandbox float64 // processors used over the window
 	mostRunnable     int     // from the sandbox's probe
 	stolenMs         float64 // the sandbox carriers' stolen time, whole run
+	startS           float64 // from the sandbox's start until every tenant thread was up
 }
 
 // cleanups undo what sched-fair set up, also from a signal handler; each runs once.
@@ -302,8 +303,8 @@ func schedFair(args []string) int {
 				status = 1
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "endo sched-fair: %s, run %d: sibling %.3f CPUs, sandbox %.3f CPUs, probe %d\n",
-				r.name, i+1, res.sibling, res.sandbox, res.mostRunnable)
+			fmt.Fprintf(os.Stderr, "endo sched-fair: %s, run %d: sibling %.3f CPUs, sandbox %.3f CPUs, probe %d, threads up after %.2f s\n",
+				r.name, i+1, res.sibling, res.sandbox, res.mostRunnable, res.startS)
 			results[j] = append(results[j], res)
 		}
 	}
@@ -313,11 +314,11 @@ func schedFair(args []string) int {
 		cpus, cpus, *seconds, *runs)
 	fmt.Printf("sibling's fair share = min(its demand %d, max(CPUs x its weight share 1/2, CPUs - the sandbox's demand)); the sandbox's demand = min(its busy tasks, %d vCPUs); goal >= %.2f of it in every run\n",
 		cpus, cpus, goal)
-	fmt.Printf("%-34s %5s  %-18s %-18s %-15s %-9s %-22s %s\n", "sandbox runs", "fair", "sibling CPUs", "fraction of fair", "sandbox CPUs", "probe max", "sandbox stolen ms", "goal")
+	fmt.Printf("%-34s %5s  %-18s %-18s %-15s %-9s %-18s %-15s %s\n", "sandbox runs", "fair", "sibling CPUs", "fraction of fair", "sandbox CPUs", "probe max", "sandbox stolen ms", "threads up s", "goal")
 	for j, r := range rows {
 		demand := min(r.tasks, cpus)
 		fair := min(float64(cpus), max(float64(cpus)/2, float64(cpus-demand)))
-		var sib, frac, sbx, most, stolen []string
+		var sib, frac, sbx, most, stolen, up []string
 		met := len(results[j]) == *runs
 		for _, x := range results[j] {
 			fr := x.sibling / fair
@@ -327,20 +328,22 @@ func schedFair(args []string) int {
 			sbx = append(sbx, fmt.Sprintf("%.2f", x.sandbox))
 			most = append(most, strconv.Itoa(x.mostRunnable))
 			stolen = append(stolen, fmt.Sprintf("%.0f", x.stolenMs))
+			up = append(up, fmt.Sprintf("%.1f", x.startS))
 		}
 		verdict := "met"
 		if !met {
 			verdict = "MISSED"
 		}
-		fmt.Printf("%-34s %5.2f  %-18s %-18s %-15s %-9s %-22s %s\n", r.name, fair, strings.Join(sib, " "), strings.Join(frac, " "),
-			strings.Join(sbx, " "), strings.Join(most, " "), strings.Join(stolen, " "), verdict)
+		fmt.Printf("%-34s %5.2f  %-18s %-18s %-15s %-9s %-18s %-15s %s\n", r.name, fair, strings.Join(sib, " "), strings.Join(frac, " "),
+			strings.Join(sbx, " "), strings.Join(most, " "), strings.Join(stolen, " "), strings.Join(up, " "), verdict)
 	}
 	fmt.Printf("\nThe two cgroups share a parent of the highest weight, so other work on the machine takes little from them.\n" +
 		"With a lock: one thread holds a pthread mutex for 10 ms at a time, 4 more take it between 1 ms bursts of work.\n" +
 		"probe max: the most of the sandbox's tasks Linux had runnable at once (endo run --probe: a sample every ms,\n" +
 		"  less often when samples cost more than a fiftieth of a CPU; on cgroup v1 the probe's thread runs\n" +
 		"  outside the sandbox's cgroup, so that its sampling neither takes from nor counts as the sandbox's CPU);\n" +
-		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line).\n")
+		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line);\n" +
+		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n")
 	return status
 }
 
@@ -412,10 +415,12 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	if r.lock {
 		argv = append(argv, "lock")
 	}
+	started := time.Now()
 	endo, err := f.start(argv...)
 	if err != nil {
 		return res, err
 	}
+	up := endo.stderr.watch("threads up")
 	defer endo.stop()
 	if err := waitForPid(sbx, endo.cmd.Process.Pid, 30*time.Second); err != nil {
 		return res, err
@@ -431,7 +436,18 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 			return res, err
 		}
 	}
-	time.Sleep(warmUp) // the tenant's threads are up and the loads have settled
+	// The window starts once every thread of the tenant is up and the loads have settled: a
+	// sandbox whose threads start slowly is measured at its steady state, and how slowly is
+	// reported beside it.
+	select {
+	case <-up:
+		res.startS = time.Since(started).Seconds()
+	case <-endo.done:
+		return res, fmt.Errorf("endo run ended before the tenant's threads were up: %s", strings.TrimSpace(endo.stderr.String()))
+	case <-time.After(2 * time.Minute):
+		return res, errors.New("the tenant's threads were not up after 2 minutes")
+	}
+	time.Sleep(warmUp)
 	s0, err := cgroupUsage(sibPath)
 	if err != nil {
 		return res, err
@@ -487,7 +503,7 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 // child is a process sched-fair started; stop kills it (once) and waits for it.
 type child struct {
 	cmd    *exec.Cmd
-	stderr bytes.Buffer
+	stderr watchedBuffer
 	done   chan struct{} // closed when it has been waited for
 	err    error         // its exit, once done is closed
 	stop   func()
@@ -510,6 +526,38 @@ func (f *fairBench) start(argv ...string) (*child, error) {
 		<-c.done
 	})
 	return c, nil
+}
+
+// watchedBuffer keeps what a child writes and tells when a line with a given text has come.
+type watchedBuffer struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{} // closed once a line holds want
+}
+
+func (w *watchedBuffer) watch(want string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.want, w.seen = want, make(chan struct{})
+	return w.seen
+}
+
+func (w *watchedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.seen != nil && w.want != "" && strings.Contains(w.buf.String(), w.want) {
+		close(w.seen)
+		w.want = ""
+	}
+	return len(p), nil
+}
+
+func (w *watchedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // waitForPid waits until process pid is in the cgroup.
