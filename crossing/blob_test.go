@@ -46,7 +46,7 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"SLOT_F_SET_FS": slotFSetFS, "SLOT_F_EXIT": slotFExit, "SLOT_F_RESET_FPU": slotFResetFPU,
 		"SIG_PREEMPT": sigPreempt, "SLOT_KICK": slotKick, "SLOT_RUNNER": slotRunner,
 		"RUN_CUR": runCur, "RUN_NEXT": runNext, "RUN_WORD": runWord, "RUN_SLEEPING": runSleeping,
-		"RUN_ALIVE": runAlive, "RUN_NONE": runNone, "BLOCK_FPAREA": blockFPArea,
+		"RUN_ALIVE": runAlive, "RUN_RING": runRing, "RUN_NONE": runNone, "BLOCK_FPAREA": blockFPArea,
 		"BLOCK_FPSIZE": blockFPSize, "BLOCK_SIGSTACK": blockSigstack, "STATE_PARKED": stateParked,
 		"SIG_SLICE": sigSlice, "SLICE_NS": sliceNS, "SYSMSG_RING": sysmsgRing, "RING_LOCK": ringLock,
 		"RING_OPEN": ringOpen, "RING_HEAD": ringHead, "RING_TAIL": ringTail, "RING_ENTS": ringEnts,

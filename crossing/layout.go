@@ -68,6 +68,7 @@ const (
 	runWord     = 0x188
 	runSleeping = 0x18c
 	runAlive    = 0x190
+	runRing     = 0x194
 	runNone     = 0xffffffff
 
 	blockFPArea   = 0x1000

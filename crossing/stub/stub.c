@@ -109,6 +109,7 @@ struct runner {
 	u32 word;
 	u32 sleeping;
 	u32 alive;
+	u32 ring;
 };
 
 _Static_assert(__builtin_offsetof(struct slot, flags) == SLOT_FLAGS, "slot flags");
@@ -122,6 +123,7 @@ _Static_assert(__builtin_offsetof(struct slot, kick) == SLOT_KICK, "slot kick");
 _Static_assert(__builtin_offsetof(struct slot, runner) == SLOT_RUNNER, "slot runner");
 _Static_assert(RUN_CUR >= sizeof(struct slot), "runner fields after the slot");
 _Static_assert(__builtin_offsetof(struct runner, alive) == RUN_ALIVE - RUN_CUR, "runner alive");
+_Static_assert(__builtin_offsetof(struct runner, ring) == RUN_RING - RUN_CUR, "runner ring");
 
 struct sigaction_k {
 	void *handler;
@@ -336,8 +338,8 @@ static void load_regs(u64 *g, const u64 *r)
 	g[G_EFL] = r[EFLAGS]; g[G_RSP] = r[RSP];
 }
 
-/* SIG_SLICE: the runner's slice is over. If the ring is open and holds a parked context, the
- * runner parks the one it runs (at the ring's tail) and takes that one; otherwise the tenant
+/* SIG_SLICE: the runner's slice is over. If the ring is open, the runner takes turns in it (the
+ * sandbox says so: RUN_RING) and the ring holds a parked context, the runner parks the one it runs (at the ring's tail) and takes that one; otherwise the tenant
  * code goes on. Nothing traps into the sandbox and nobody is woken. */
 static void rotate(u32 self, struct runner *run, struct ucontext *uc)
 {
@@ -347,7 +349,8 @@ static void rotate(u32 self, struct runner *run, struct ucontext *uc)
 		return; /* idle, or in the stub's own code (a call on its way): the next slice */
 	struct ring *q = ring();
 	/* A kicked context keeps the runner: the kick's signal, pending, traps it next. */
-	if (__atomic_load_n(&slot_at(cur)->kick, __ATOMIC_SEQ_CST) ||
+	if (!__atomic_load_n(&run->ring, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&slot_at(cur)->kick, __ATOMIC_SEQ_CST) ||
 	    !__atomic_load_n(&q->open, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&q->head, __ATOMIC_SEQ_CST) == __atomic_load_n(&q->tail, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&run->next, __ATOMIC_SEQ_CST) != RUN_NONE)

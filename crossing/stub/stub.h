@@ -98,6 +98,7 @@
 #define RUN_WORD      0x188 /* u32, futex word the runner sleeps on; the sandbox bumps it */
 #define RUN_SLEEPING  0x18c /* u32 */
 #define RUN_ALIVE     0x190 /* u32: the runner's clear-child-tid word (0 once it is gone) */
+#define RUN_RING      0x194 /* u32, from the sandbox: 1 while the runner takes turns in the ring */
 #define RUN_NONE      0xffffffffUL
 #define BLOCK_FPAREA  0x1000 /* a parked context's FPU state */
 #define BLOCK_FPSIZE  0x1000

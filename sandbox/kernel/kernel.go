@@ -604,39 +604,123 @@ func sameStub(a, b *kernelet.Task) bool {
 	return x != nil && y != nil && x.Stub() == y.Stub()
 }
 
-// openRing lets the runners of held take turns with parked in their stub (kernelet.Delegate),
-// and returns how to take them back: which task each runner holds then, and whether it runs
-// tenant code.
-func openRing(held, parked []*kernelet.Task) (func() []*kernelet.Task, bool) {
-	of := map[*crossing.Thread]*kernelet.Task{}
+// openRing lets the runners of held take turns with parked in their stub (kernelet.Delegate).
+func openRing(held []*kernelet.Task, vcpus []*kernelet.VCPU, parked []*kernelet.Task) (kernelet.RingOps, bool) {
+	r := &podRing{runner: map[*kernelet.VCPU]int{}, of: map[*crossing.Thread]*kernelet.Task{}}
 	threads := func(kts []*kernelet.Task) []*crossing.Thread {
 		ths := make([]*crossing.Thread, len(kts))
 		for i, kt := range kts {
 			ths[i] = threadOf(kt)
-			of[ths[i]] = kt
+			r.of[ths[i]] = kt
 		}
 		return ths
 	}
 	h, p := threads(held), threads(parked)
-	if len(h) == 0 || h[0] == nil {
+	if len(h) == 0 || h[0] == nil || len(vcpus) != len(h) {
 		return nil, false
 	}
-	stub := h[0].Stub()
-	runners, ok := stub.OpenRing(h, p)
+	r.stub = h[0].Stub()
+	runners, ok := r.stub.OpenRing(h, p)
 	if !ok {
 		return nil, false
 	}
-	return func() []*kernelet.Task {
-		ths := stub.CloseRing(runners)
-		out := make([]*kernelet.Task, len(ths))
-		for i, th := range ths {
-			if kt := of[th]; th != nil && kt != nil {
-				kt.InTenant.Store(th.Running())
-				out[i] = kt
-			}
+	for i, v := range vcpus {
+		r.runner[v] = runners[i]
+	}
+	return r, true
+}
+
+// podRing is the stub's side of a ring (kernelet.RingOps): which runner takes turns with each of
+// the ring's vCPUs, and the kernelet's task of each context that has been a member. Its methods
+// run under the kernelet's lock.
+type podRing struct {
+	stub   *crossing.Stub
+	runner map[*kernelet.VCPU]int
+	of     map[*crossing.Thread]*kernelet.Task
+}
+
+func (r *podRing) Close(vcpus []*kernelet.VCPU) []*kernelet.Task {
+	runners := make([]int, len(vcpus))
+	for i, v := range vcpus {
+		runners[i] = -1
+		if n, ok := r.runner[v]; ok {
+			runners[i] = n
 		}
-		return out
-	}, true
+	}
+	ths := r.stub.CloseRing(runners)
+	out := make([]*kernelet.Task, len(ths))
+	for i, th := range ths {
+		if kt := r.of[th]; th != nil && kt != nil {
+			kt.InTenant.Store(th.Running())
+			out[i] = kt
+		}
+	}
+	return out
+}
+
+func (r *podRing) Detach(kt *kernelet.Task) *kernelet.VCPU {
+	th := threadOf(kt)
+	if th == nil {
+		return nil
+	}
+	n := th.TakeTurns(false)
+	for v, m := range r.runner {
+		if m == n && n >= 0 {
+			delete(r.runner, v)
+			return v
+		}
+	}
+	return nil
+}
+
+func (r *podRing) Attach(kt *kernelet.Task, v *kernelet.VCPU) bool {
+	th := threadOf(kt)
+	if th == nil || th.Stub() != r.stub {
+		return false
+	}
+	n := th.TakeTurns(true)
+	if n < 0 {
+		return false
+	}
+	r.runner[v] = n
+	r.of[th] = kt
+	return true
+}
+
+func (r *podRing) Park(kt *kernelet.Task) bool {
+	th := threadOf(kt)
+	if th == nil || !r.stub.RingPush(th) {
+		return false
+	}
+	r.of[th] = kt
+	return true
+}
+
+func (r *podRing) Grow(v *kernelet.VCPU) *kernelet.Task {
+	for {
+		th := r.stub.RingPop()
+		if th == nil {
+			return nil
+		}
+		kt := r.of[th]
+		if kt == nil {
+			continue // not the sandbox's member (tenant code wrote the ring): left parked
+		}
+		kt.InTenant.Store(true)
+		if !th.ResumeParked(0) {
+			// It trapped meanwhile: its carrier wants a vCPU, and finds v free.
+			kt.InTenant.Store(false)
+			return nil
+		}
+		r.runner[v] = th.TakeTurns(true)
+		return kt
+	}
+}
+
+func (r *podRing) Shrink(v *kernelet.VCPU) {
+	if n, ok := r.runner[v]; ok {
+		r.stub.RingKick(n) // the runner stays named for v: its member's trap detaches it
+	}
 }
 
 // switchTo carries out a hand-over the kernelet made at a slice's end from a task in tenant code

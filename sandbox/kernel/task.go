@@ -169,6 +169,7 @@ func (t *Task) run() {
 			t.parked = false
 			err = t.th.Wait()
 		} else {
+			t.kt.JoinRing() // among the turns of an open ring, as an equal
 			t.kt.InTenant.Store(true)
 			err = t.th.Resume(flags, stubSpin, sandboxSpin)
 		}

@@ -118,7 +118,8 @@ type Kernelet struct {
 	runsPending atomic.Bool
 	runDone     *sync.Cond // on mu: a task's OnRun calls in flight are over
 
-	ring *ring // the vCPUs and waiting tasks given to a stub's runners (ring.go), or nil
+	ring     *ring       // the vCPUs and waiting tasks given to a stub's runners (ring.go), or nil
+	ringOpen atomic.Bool // ring != nil, read without the lock
 }
 
 // run is one OnRun call still to be made.
@@ -136,6 +137,8 @@ type VCPU struct {
 	borrower *Task   // the task that borrowed it, if a task did
 	queue    []*Task // tasks waiting for it
 	retiring bool    // beyond N: it goes when it is released
+	ring     bool    // attached to the ring: its runner takes turns among the members (holder nil)
+	taken    bool    // being taken from the ring for the task queued on it
 }
 
 // Task is a tenant task's place in the kernelet. Its fields are guarded by the kernelet's lock;
@@ -309,7 +312,7 @@ func (k *Kernelet) Resize(n int) error {
 	return nil
 }
 
-func (v *VCPU) free() bool { return v.holder == nil && !v.lent }
+func (v *VCPU) free() bool { return v.holder == nil && !v.lent && !v.ring && !v.taken }
 
 // Acquire blocks until the task holds a vCPU and returns it. The task goes to a vCPU it may
 // use: a free one (its last one first), else the queue of the vCPU whose holder is the weakest,
@@ -328,7 +331,24 @@ func (t *Task) AcquireOrPark(park func() bool) *VCPU { return t.acquire(park) }
 
 func (t *Task) acquire(park func() bool) *VCPU {
 	k := t.k
-	k.lockTaking()
+	k.mu.Lock()
+	if k.ring != nil {
+		switch v, queued, parked, handled := k.ringAcquire(t, park); {
+		case !handled:
+		case v != nil:
+			k.unlock(nil)
+			return v
+		case parked:
+			k.unlock(nil)
+			if k.onWait != nil {
+				k.onWait()
+			}
+			return nil
+		case queued:
+			k.unlock(nil)
+			return <-t.grant
+		}
+	}
 	for t.vcpu != nil && t.inRun > 0 {
 		// Given while parked: let the OnRun call due or under way find the context taken, so
 		// that none can come after this carrier has run on and let go of the vCPU.
@@ -563,7 +583,7 @@ func (k *Kernelet) give(v *VCPU, t *Task) {
 func (k *Kernelet) assign(v *VCPU, t *Task) {
 	k.dequeue(t)
 	now := k.now()
-	v.holder = t
+	v.holder, v.taken = t, false
 	t.vcpu = v
 	t.since, t.got = now, now
 	t.last = v.ID
@@ -684,6 +704,8 @@ func (k *Kernelet) best(v *VCPU) *Task {
 func (k *Kernelet) dispatch(v *VCPU) {
 	if t := k.best(v); t != nil {
 		k.give(v, t)
+	} else if k.ring != nil {
+		k.ringRefill(v)
 	}
 }
 
@@ -712,7 +734,7 @@ func (k *Kernelet) release(v *VCPU) []*Task {
 // A parked task that calls it (its thread trapped and now blocks) leaves its run queue too.
 func (t *Task) Release() {
 	k := t.k
-	k.lockTaking()
+	k.lockMember(t)
 	kicks := t.releaseLocked()
 	k.unlock(kicks)
 }
@@ -743,7 +765,7 @@ func (t *Task) releaseLocked() []*Task {
 // Exit ends the task: it lets go of its vCPUs and leaves any run queue (parked or not).
 func (t *Task) Exit() {
 	k := t.k
-	k.lockTaking()
+	k.lockMember(t)
 	kicks := t.releaseLocked()
 	k.dequeue(t)
 	if !t.exited {
@@ -792,7 +814,7 @@ func (t *Task) PreemptedPark(park func()) bool {
 		t.Preempted()
 		return false
 	}
-	k.lockTaking()
+	k.lockMember(t)
 	v, w, now, mustMove, ok := t.wayFor(func(w *Task, now int64) bool {
 		return k.shouldYieldTo(t, w, now, wakeupGranularity)
 	})
@@ -802,6 +824,7 @@ func (t *Task) PreemptedPark(park func()) bool {
 	}
 	park()
 	kicks := t.leave(v, w, now, mustMove, false, true)
+	k.ringPark(t)
 	waits := t.vcpu == nil
 	k.unlock(kicks)
 	if waits && k.onWait != nil {
@@ -835,7 +858,7 @@ func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
 // queues the task, and waits for a vCPU again (k.mu taken here).
 func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool) bool {
 	k := t.k
-	k.lockTaking()
+	k.lockMember(t)
 	v, w, now, mustMove, ok := t.wayFor(yieldTo)
 	if !ok {
 		k.mu.Unlock()
@@ -859,7 +882,7 @@ func (t *Task) wayFor(yieldTo func(w *Task, now int64) bool) (v *VCPU, w *Task, 
 		return nil, nil, 0, false, false
 	}
 	now = t.k.now()
-	mustMove = v.retiring || !t.allowed(v)
+	mustMove = v.retiring || v.taken || !t.allowed(v)
 	w = t.k.best(v)
 	return v, w, now, mustMove, mustMove || w != nil && yieldTo(w, now)
 }
@@ -921,11 +944,6 @@ func (k *Kernelet) maxQueuedVr(class int) int64 {
 // registers are not parked until the kernel has carried out its switch.
 func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 	k.mu.Lock()
-	if k.ring != nil {
-		waiting = k.waiting > 0
-		k.mu.Unlock()
-		return nil, nil, waiting
-	}
 	now := k.now()
 	for _, v := range k.vcpus {
 		h := v.holder
@@ -985,7 +1003,7 @@ func (k *Kernelet) doKicks(ts []*Task) {
 // ReturnSpare, or at once when the task lets go of its own vCPU.
 func (t *Task) BorrowSpare() bool {
 	k := t.k
-	k.lockTaking()
+	k.mu.Lock() // a member holds no vCPU and no spare: a ring stays
 	defer k.mu.Unlock()
 	if t.spare != nil {
 		return true
@@ -1008,7 +1026,7 @@ func (t *Task) BorrowSpare() bool {
 // free and unwanted, and reports whether the task holds a spare now.
 func (t *Task) SpinSpare(borrow bool) bool {
 	k := t.k
-	k.lockTaking()
+	k.mu.Lock() // a member holds no vCPU and no spare: a ring stays
 	var kicks []*Task
 	if s := t.spare; s != nil && (k.waiting > 0 || s.retiring) {
 		t.setSpare(nil)
@@ -1039,7 +1057,7 @@ func (t *Task) SpareWanted() bool {
 // ReturnSpare gives a borrowed spare back.
 func (t *Task) ReturnSpare() {
 	k := t.k
-	k.lockTaking()
+	k.mu.Lock() // a member holds no vCPU and no spare: a ring stays
 	var kicks []*Task
 	if s := t.spare; s != nil {
 		t.setSpare(nil)
@@ -1111,7 +1129,7 @@ func (k *Kernelet) Stats() Stats {
 	defer k.mu.Unlock()
 	s := Stats{VCPUs: k.n, Waiting: k.waiting, Tasks: k.tasks}
 	for _, v := range k.vcpus {
-		if v.holder != nil {
+		if v.holder != nil || v.ring {
 			s.Held++
 		}
 		if v.lent {

@@ -2,81 +2,240 @@ package kernelet
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
+// within receives from ch, failing if nothing comes in two seconds.
+func within(t *testing.T, ch chan *VCPU) *VCPU {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(2 * time.Second):
+		t.Fatal("no vCPU came")
+		return nil
+	}
+}
+
 func sameGroup(a, b *Task) bool { return a.Owner.(string)[0] == b.Owner.(string)[0] }
 
+// stubRing plays the stub's side of a ring: which member each attached vCPU's runner holds, and
+// the members parked in the stub's ring. rotate is what the runners' timers do.
+type stubRing struct {
+	on     map[*VCPU]*Task
+	queue  []*Task
+	shrunk []*VCPU
+	closed int
+}
+
+func newStubRing(held, parked []*Task) *stubRing {
+	s := &stubRing{on: map[*VCPU]*Task{}, queue: append([]*Task(nil), parked...)}
+	for _, h := range held {
+		s.on[h.vcpu] = h
+	}
+	return s
+}
+
+func (s *stubRing) Close(vcpus []*VCPU) []*Task {
+	s.closed++
+	out := make([]*Task, len(vcpus))
+	for i, v := range vcpus {
+		out[i] = s.on[v]
+	}
+	s.on, s.queue = map[*VCPU]*Task{}, nil
+	return out
+}
+
+func (s *stubRing) Detach(t *Task) *VCPU {
+	for v, x := range s.on {
+		if x == t {
+			delete(s.on, v)
+			return v
+		}
+	}
+	return nil
+}
+
+func (s *stubRing) Attach(t *Task, v *VCPU) bool { s.on[v] = t; return true }
+
+func (s *stubRing) Park(t *Task) bool { s.queue = append(s.queue, t); return true }
+
+func (s *stubRing) Grow(v *VCPU) *Task {
+	if len(s.queue) == 0 {
+		return nil
+	}
+	g := s.queue[0]
+	s.queue = s.queue[1:]
+	s.on[v] = g
+	return g
+}
+
+func (s *stubRing) Shrink(v *VCPU) { s.shrunk = append(s.shrunk, v) }
+
+// rotate is one slice of v's runner: its member goes to the queue's tail, the head comes.
+func (s *stubRing) rotate(v *VCPU) {
+	if len(s.queue) == 0 || s.on[v] == nil {
+		return
+	}
+	cur := s.on[v]
+	s.on[v], s.queue = s.queue[0], append(s.queue[1:], cur)
+}
+
+// allParkedButOne runs the tasks on the only vCPU, a slice each, until all have run and all but
+// the holder wait parked; it returns the vCPU and the holder, in tenant code.
+func allParkedButOne(t *testing.T, k *Kernelet, now interface{ Add(int64) int64 }, tasks ...*Task) (*VCPU, *Task) {
+	t.Helper()
+	v := tasks[0].Acquire()
+	for _, x := range tasks[1:] {
+		acquireAsync(t, k, x)
+	}
+	holder := func() *Task {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return v.holder
+	}
+	for i := 0; ; i++ {
+		require.Less(t, i, 10*len(tasks), "the tasks do not all come to park")
+		h := holder()
+		done := true
+		for _, x := range tasks {
+			done = done && (x == h || x.Parked())
+		}
+		if done && i >= len(tasks) {
+			h.InTenant.Store(true)
+			return v, h
+		}
+		now.Add(int64(Slice))
+		require.True(t, h.PreemptedPark(func() {}))
+		waitFor(t, func() bool { return holder() != nil && holder() != h })
+	}
+}
+
 // With every vCPU held by a task in tenant code and only parked equals of its group waiting, the
-// kernelet hands them to a ring: nothing waits for the ticker any more. The first call that
-// changes anything takes the ring back: each vCPU goes to the task its runner holds by then, and
-// the others wait parked again.
+// kernelet hands them to a ring: nothing waits for the ticker any more. A change of priority
+// takes the ring back: each vCPU goes to the member its runner holds by then, and the others wait
+// parked again, each charged a share of the ring's time.
 func TestDelegateAndTakeBack(t *testing.T) {
 	k, now := clockedK(t, 1)
-	runs := logRuns(k)
+	logRuns(k)
 	a, b, c := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
-	a.Acquire()
-	v := parkBehind(t, k, now, a, b)
-	now.Add(int64(Slice))
-	require.True(t, b.PreemptedPark(func() {}))
-	require.Len(t, runs.get(), 1, "a was run again (OnRun)")
-	require.Same(t, a, runs.get()[0].t)
 	// c waits for its first vCPU: it is no parked context, so no ring yet.
+	a.Acquire()
 	gotC := acquireAsync(t, k, c)
 	a.InTenant.Store(true)
 	opened := 0
-	open := func(held, parked []*Task) (func() []*Task, bool) {
-		opened++
-		return nil, false
-	}
-	require.False(t, k.Delegate(sameGroup, open))
+	refuse := func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) { opened++; return nil, false }
+	require.False(t, k.Delegate(sameGroup, refuse))
 	require.Zero(t, opened, "a task that never ran waits")
-
-	// c runs and parks; b and c wait parked, a runs tenant code.
 	now.Add(int64(Slice))
 	require.True(t, a.PreemptedPark(func() {}))
-	require.Same(t, v, <-gotC)
-	now.Add(int64(Slice))
-	require.True(t, c.PreemptedPark(func() {}))
-	require.Len(t, runs.get(), 2)
-	require.Same(t, b, runs.get()[1].t, "b is behind a, c behind b")
-	b.InTenant.Store(true)
+	<-gotC
+	exitAll(t, k, a, b, c)
 
+	k, now = clockedK(t, 1)
+	logRuns(k)
+	a, b, c = k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
+	v, h := allParkedButOne(t, k, now, a, b, c)
+	var s *stubRing
 	var heldGot, parkedGot []*Task
-	holder := a // what the runner holds when the ring is taken back
-	closed := 0
-	require.True(t, k.Delegate(sameGroup, func(held, parked []*Task) (func() []*Task, bool) {
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
 		heldGot, parkedGot = held, parked
-		return func() []*Task { closed++; return []*Task{holder} }, true
+		s = newStubRing(held, parked)
+		return s, true
 	}))
-	require.Equal(t, []*Task{b}, heldGot)
-	require.Equal(t, []*Task{c, a}, parkedGot, "in the order they would run")
+	require.Equal(t, []*Task{h}, heldGot)
+	require.Len(t, parkedGot, 2)
+	require.True(t, before(parkedGot[0], parkedGot[1]), "in the order they would run")
 	_, _, waiting := k.Overdue()
 	require.False(t, waiting, "the ring's tasks wait for no ticker")
-	require.False(t, k.Delegate(sameGroup, open), "one ring at a time")
+	require.False(t, k.Delegate(sameGroup, refuse), "one ring at a time")
+	require.Equal(t, Stats{VCPUs: 1, Held: 1, Tasks: 3}, k.Stats())
 
-	// a trapped (its runner took it from the ring): its carrier's Acquire takes the ring back and
-	// finds a holding the vCPU.
+	s.rotate(v) // the first parked runs, h waits in the stub's ring
+	next := parkedGot[0]
 	now.Add(3 * int64(Slice))
-	require.Same(t, v, acquireNow(t, a))
-	require.Equal(t, 1, closed)
+	next.SetNice(0, false) // no change in value, but a call that may change ranks: the ring goes
+	require.Equal(t, 1, s.closed)
 	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 2, Parked: 2, Tasks: 3}, k.Stats())
-	require.True(t, b.Parked())
-	require.True(t, c.Parked())
+	require.True(t, h.Parked())
+	require.True(t, parkedGot[1].Parked())
 	k.mu.Lock()
 	require.Nil(t, k.ring)
-	require.Same(t, a, v.holder)
+	require.Same(t, next, v.holder)
+	require.False(t, v.ring)
 	for _, x := range []*Task{a, b, c} {
 		require.False(t, x.ringed)
 		require.GreaterOrEqual(t, x.vr, int64(Slice), "each ran a share of the ring's time")
 	}
 	k.mu.Unlock()
-
 	exitAll(t, k, a, b, c)
 }
 
-// Tasks of another group, or of another weight, are not equals: no ring.
+// A member that traps leaves the ring with its runner's vCPU, and the ring goes on (here with no
+// vCPU: its members wait). Going back to tenant code it joins again; blocking, it gives the vCPU
+// back to the ring with the next parked member.
+func TestMemberLeavesAndJoins(t *testing.T) {
+	k, now := clockedK(t, 1)
+	logRuns(k)
+	x, y, z := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
+	v, a := allParkedButOne(t, k, now, x, y, z)
+	var s *stubRing
+	var b, c *Task
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		s = newStubRing(held, parked)
+		b, c = parked[0], parked[1]
+		return s, true
+	}))
+	s.rotate(v) // b runs
+
+	require.Same(t, v, acquireNow(t, b), "b trapped: it holds its runner's vCPU")
+	require.Zero(t, s.closed, "the ring stays")
+	k.mu.Lock()
+	require.NotNil(t, k.ring)
+	require.Same(t, b, v.holder)
+	require.False(t, b.ringed)
+	require.Empty(t, k.ring.vcpus)
+	k.mu.Unlock()
+
+	b.JoinRing() // back to tenant code
+	require.Same(t, b, s.on[v])
+	k.mu.Lock()
+	require.True(t, b.ringed)
+	require.Equal(t, []*VCPU{v}, k.ring.vcpus)
+	k.mu.Unlock()
+
+	s.rotate(v) // c runs; it traps and blocks: the vCPU goes to the next member, a
+	require.Same(t, v, acquireNow(t, c))
+	c.Release()
+	require.Same(t, a, s.on[v])
+	require.Equal(t, []*Task{b}, s.queue)
+	require.Zero(t, s.closed)
+	require.Equal(t, Stats{VCPUs: 1, Held: 1, Tasks: 3}, k.Stats())
+
+	// c wakes: no vCPU is free, so it takes the ring's: the runner's member is made to trap,
+	// and gives the vCPU up at that trap.
+	got := acquireAsync(t, k, c)
+	waitFor(t, func() bool { return len(s.shrunk) == 1 })
+	require.Equal(t, []*VCPU{v}, s.shrunk)
+	require.Same(t, v, acquireNow(t, a), "a trapped for the shrink: it holds v for now")
+	parks := 0
+	require.True(t, a.PreemptedPark(func() { parks++ }), "a must give v up")
+	require.Equal(t, 1, parks)
+	require.Same(t, v, within(t, got))
+	require.Equal(t, []*Task{b, a}, s.queue, "a waits in the stub's ring")
+	k.mu.Lock()
+	require.True(t, a.ringed)
+	require.Same(t, c, v.holder)
+	k.mu.Unlock()
+	require.Zero(t, s.closed)
+	exitAll(t, k, x, y, z)
+	require.Equal(t, 1, s.closed, "a member's exit takes the ring back")
+}
+
+// Tasks of another group, or of another weight, are not equals: no ring, and a task that is no
+// equal takes the ring back when it wants a vCPU.
 func TestDelegateOnlyEquals(t *testing.T) {
 	k, now := clockedK(t, 1)
 	logRuns(k)
@@ -84,14 +243,14 @@ func TestDelegateOnlyEquals(t *testing.T) {
 	a.Acquire()
 	parkBehind(t, k, now, a, b)
 	b.InTenant.Store(true)
-	open := func(held, parked []*Task) (func() []*Task, bool) {
-		return func() []*Task { return nil }, true
+	var s *stubRing
+	open := func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		s = newStubRing(held, parked)
+		return s, true
 	}
 	require.False(t, k.Delegate(sameGroup, open), "two processes")
 	require.True(t, k.Delegate(func(x, y *Task) bool { return true }, open))
-	b.Exit() // takes the ring back: its runner holds nobody the kernelet knows
-	a.Exit()
-	require.Equal(t, Stats{VCPUs: 1}, k.Stats())
+	exitAll(t, k, a, b)
 
 	c, d := k.NewTask("c1"), k.NewTask("c2")
 	c.Acquire()
@@ -99,6 +258,37 @@ func TestDelegateOnlyEquals(t *testing.T) {
 	parkBehind(t, k, now, c, d)
 	d.InTenant.Store(true)
 	require.False(t, k.Delegate(sameGroup, open), "nice 5 and nice 0")
-	c.Exit()
-	d.Exit()
+	exitAll(t, k, c, d)
+
+	e, f, g, x := k.NewTask("e1"), k.NewTask("e2"), k.NewTask("e3"), k.NewTask("x1")
+	v, h := allParkedButOne(t, k, now, e, f, g)
+	require.True(t, k.Delegate(sameGroup, open))
+	got := acquireAsync(t, k, x)
+	require.Equal(t, 1, s.closed)
+	require.Empty(t, s.shrunk, "x is of another process: the ring goes, none of its vCPUs is taken")
+	h.Release() // h held v when the ring went
+	require.Same(t, v, within(t, got))
+	exitAll(t, k, e, f, g, x)
+}
+
+// A member that was to give its vCPU up for a waking task ends instead (its process is killed):
+// the vCPU still goes to the waiter.
+func TestShrunkMemberEnds(t *testing.T) {
+	k, now := clockedK(t, 1)
+	logRuns(k)
+	x, y, z := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
+	v, a := allParkedButOne(t, k, now, x, y, z)
+	var s *stubRing
+	var c *Task
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		s = newStubRing(held, parked)
+		c = parked[1]
+		return s, true
+	}))
+	// c, parked in the stub's ring, was kicked (a signal): it wants a vCPU, and takes the ring's.
+	got := acquireAsync(t, k, c)
+	require.Equal(t, []*VCPU{v}, s.shrunk)
+	a.Exit() // a, on v's runner, is killed before it traps
+	require.Same(t, v, within(t, got))
+	exitAll(t, k, x, y, z)
 }
