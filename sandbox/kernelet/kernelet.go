@@ -346,6 +346,9 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			return nil
 		case queued:
 			k.unlock(nil)
+			if k.onWait != nil {
+				k.onWait() // the ticker too, should the runner's trap not come
+			}
 			return <-t.grant
 		}
 	}
