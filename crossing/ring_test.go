@@ -62,3 +62,13 @@ func TestRingTakesTurnsWithoutTheSandbox(t *testing.T) {
 	require.Equal(t, a.Regs.Rbx, xmm0(a.FPState()), "a's FPU state went with its registers")
 	require.Equal(t, b.Regs.Rbx, xmm0(b.FPState()), "b's FPU state went with its registers")
 }
+
+// A released stub's contexts name no runner: the probe asks from outside the carriers, and must
+// not read the sysmsg mapping once it is gone.
+func TestTidAfterRelease(t *testing.T) {
+	s, a := startTenant(t, []byte{0xeb, 0xfe}) // jmp .
+	require.True(t, a.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	require.NotZero(t, a.Tid())
+	s.Release()
+	require.Zero(t, a.Tid())
+}

@@ -66,9 +66,18 @@ func (t *Thread) Index() int { return t.index }
 func (t *Thread) Stub() *Stub { return t.stub }
 
 // Tid is the host thread id of the runner that holds the context now, 0 if none does.
+//
+// Others than the context's carrier (the probe) may ask while the stub is being released: the
+// sysmsg mapping the answer is read from must still be there, or it reads 0.
 func (t *Thread) Tid() int {
+	s := t.stub
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sysmsg == nil {
+		return 0
+	}
 	if r := t.runner(); r >= 0 {
-		return t.stub.runnerTid(r)
+		return s.runnerTid(r)
 	}
 	return 0
 }
@@ -410,6 +419,12 @@ func (t *Thread) Switch(to *Thread) bool {
 // as soon as it is resumed if it is stopped, and by a trap made here if it is parked.
 func (t *Thread) Kick() {
 	s := t.stub
+	// Other processes' tasks kick too (a signal sent): the sysmsg mapping must stay meanwhile.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sysmsg == nil {
+		return
+	}
 	atomic.StoreUint32(t.kick, 1)
 	for i := 0; i < 100; i++ {
 		switch atomic.LoadUint32(t.state) {
