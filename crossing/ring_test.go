@@ -14,12 +14,7 @@ import (
 // either. The second never ran before: it starts from ParkFresh with the fresh FPU state (the
 // x87 control word and MXCSR of a new thread).
 func TestRingTakesTurnsWithoutTheSandbox(t *testing.T) {
-	code := []byte{
-		0x48, 0xff, 0xc3, // loop: inc %rbx
-		0x66, 0x48, 0x0f, 0x6e, 0xc3, // movq %rbx, %xmm0
-		0xeb, 0xf6, // jmp loop
-	}
-	s, a := startTenant(t, code)
+	s, a := startTenant(t, countLoop)
 	b, err := s.NewThread()
 	require.NoError(t, err)
 	*b.Regs = unix.PtraceRegs{Rip: codeAddr, Rsp: stackAddr + 2048, Eflags: 0x202, Rbx: 1 << 40}

@@ -189,15 +189,18 @@ func waitState(t *testing.T, th *Thread, st uint32) {
 	}
 }
 
+// countLoop counts in rbx forever and keeps the count in xmm0 too, so that a context's FPU state
+// shows whether it travelled with its registers.
+var countLoop = []byte{
+	0x48, 0xff, 0xc3, // loop: inc %rbx
+	0x66, 0x48, 0x0f, 0x6e, 0xc3, // movq %rbx, %xmm0
+	0xeb, 0xf6, // jmp loop
+}
+
 // A runner parks its context and takes another of the same stub on its own, registers and FPU
 // state included; the parked one goes on later on another runner where it stopped.
 func TestRunnerSwitchesContexts(t *testing.T) {
-	code := []byte{
-		0x48, 0xff, 0xc3, // loop: inc %rbx
-		0x66, 0x48, 0x0f, 0x6e, 0xc3, // movq %rbx, %xmm0
-		0xeb, 0xf6, // jmp loop
-	}
-	s, a := startTenant(t, code)
+	s, a := startTenant(t, countLoop)
 	b, err := s.NewThread()
 	require.NoError(t, err)
 	*b.Regs = unix.PtraceRegs{Rip: codeAddr, Rsp: stackAddr + 2048, Eflags: 0x202, Rbx: 1 << 40}

@@ -36,6 +36,18 @@ func exitAll(t *testing.T, k *Kernelet, ts ...*Task) {
 	require.Equal(t, Stats{VCPUs: k.N()}, k.Stats())
 }
 
+// within receives from ch, failing if nothing comes in two seconds.
+func within(t *testing.T, ch chan *VCPU) *VCPU {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(2 * time.Second):
+		t.Fatal("no vCPU came in time (Acquire blocked)")
+		return nil
+	}
+}
+
 // waitFor spins until cond holds (the other goroutines queue themselves), failing after a while.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

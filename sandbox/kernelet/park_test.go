@@ -55,13 +55,7 @@ func acquireNow(t *testing.T, task *Task) *VCPU {
 	t.Helper()
 	got := make(chan *VCPU, 1)
 	go func() { got <- task.Acquire() }()
-	select {
-	case v := <-got:
-		return v
-	case <-time.After(2 * time.Second):
-		t.Fatal("Acquire blocked")
-		return nil
-	}
+	return within(t, got)
 }
 
 // parkBehind makes p (holding a vCPU) park behind a waiting w after a slice: it returns the vCPU,

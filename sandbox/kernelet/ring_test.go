@@ -2,22 +2,9 @@ package kernelet
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// within receives from ch, failing if nothing comes in two seconds.
-func within(t *testing.T, ch chan *VCPU) *VCPU {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(2 * time.Second):
-		t.Fatal("no vCPU came")
-		return nil
-	}
-}
 
 func sameGroup(a, b *Task) bool { return a.Owner.(string)[0] == b.Owner.(string)[0] }
 
