@@ -487,3 +487,47 @@ func TestSharedFrameNamesSharedMemoryOnly(t *testing.T) {
 	_, ok = x.as.SharedFrame(0x1000)
 	require.False(t, ok, "nothing mapped there")
 }
+
+// A page the children of a parent write after each fork is copied at the next fork into the
+// frame the last child had there, when the next child comes into that child's host process
+// (ForkOver): the host already maps that frame with those rights, so nothing is mapped, and the
+// child still sees the parent's data, not its sibling's.
+func TestForkOverCopiesIntoTheFrameTheLastChildWrote(t *testing.T) {
+	x := newTestAS(t, 16<<20, 4<<20, Layout{})
+	heap, err := x.as.Map(0, 4*PageSize, ProtRead|ProtWrite, 0, "heap", pattern)
+	require.NoError(t, err)
+	lm, err := NewLocalMapperAt(x.g, x.lm.Size(), x.lm.Base())
+	require.NoError(t, err)
+	defer lm.Close()
+	l := x.as.Layout()
+	l.Reserved = nil
+	c1, err := x.as.Fork(lm, l)
+	require.NoError(t, err)
+	child := testAS{g: x.g, lm: lm, as: c1}
+	require.NoError(t, c1.CopyOut(heap+PageSize, []byte("one")))
+	require.Equal(t, uint64(1), c1.CowFaults())
+	written, _ := c1.Translate(heap + PageSize)
+
+	prev := c1
+	for i, word := range []string{"two", "three"} {
+		require.NoError(t, x.as.CopyOut(heap+PageSize, []byte{'P', byte('0' + i)}))
+		_, opsBefore := lm.Stats()
+		next, err := x.as.ForkOver(prev, l)
+		require.NoError(t, err)
+		_, opsAfter := lm.Stats()
+		child = testAS{g: x.g, lm: lm, as: next}
+		require.Zero(t, opsAfter-opsBefore, "child %d: the host maps its sibling's frame there already", i+2)
+		f, _ := next.Translate(heap + PageSize)
+		require.Equal(t, written, f, "child %d takes the frame its sibling wrote", i+2)
+		require.Equal(t, 1, x.g.Refs(f))
+		require.Equal(t, "rw-", hostRights(t, child, heap+PageSize))
+		require.Equal(t, "r--", hostRights(t, child, heap), "pages nobody wrote stay shared")
+		require.Equal(t, []byte{'P', byte('0' + i), patternAt(PageSize + 2)}, child.local(t, heap+PageSize, 3),
+			"child %d sees the parent's data at its fork, not its sibling's", i+2)
+		require.NoError(t, next.CopyOut(heap+PageSize, []byte(word)))
+		require.Zero(t, next.CowFaults())
+		require.Equal(t, []byte{'P', byte('0' + i)}, x.local(t, heap+PageSize, 2), "the parent keeps its data")
+		prev = next
+	}
+	prev.Release()
+}
