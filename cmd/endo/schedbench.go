@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -207,9 +208,10 @@ Row 5: a process on CPU 0 writes its clock into a pipe that a process on CPU 1 s
 
 // fairRow is one sched-fair configuration of the sandbox's tenant.
 type fairRow struct {
-	name  string
-	tasks int
-	lock  bool
+	name   string
+	tasks  int
+	lock   bool
+	native bool // Linux's own figure: the tenant runs in the sandbox's cgroup without Endo
 }
 
 // fairRun is what one window measured.
@@ -291,7 +293,10 @@ func schedFair(args []string) int {
 		return 1
 	}
 
-	rows := []fairRow{{"1 busy task", 1, false}, {"50 busy tasks", 50, false}, {"50 busy tasks + 10 ms lock holder", 50, true}}
+	rows := []fairRow{{name: "1 busy task", tasks: 1}, {name: "50 busy tasks", tasks: 50},
+		{name: "50 busy tasks + 10 ms lock holder", tasks: 50, lock: true},
+		{name: "Linux: 2 busy threads, no sandbox", tasks: 2, native: true},
+		{name: "Linux: 50 busy threads, no sandbox", tasks: 50, native: true}}
 	results := make([][]fairRun, len(rows))
 	status := 0
 	// Runs interleave the rows, so that a change in the machine's load touches all of them.
@@ -303,8 +308,12 @@ func schedFair(args []string) int {
 				status = 1
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "endo sched-fair: %s, run %d: sibling %.3f CPUs, sandbox %.3f CPUs, probe %d, threads up after %.2f s\n",
-				r.name, i+1, res.sibling, res.sandbox, res.mostRunnable, res.startS)
+			probe := fmt.Sprintf(", probe %d", res.mostRunnable)
+			if r.native {
+				probe = ""
+			}
+			fmt.Fprintf(os.Stderr, "endo sched-fair: %s, run %d: sibling %.3f CPUs, sandbox %.3f CPUs%s, threads up after %.2f s\n",
+				r.name, i+1, res.sibling, res.sandbox, probe, res.startS)
 			results[j] = append(results[j], res)
 		}
 	}
@@ -326,12 +335,19 @@ func schedFair(args []string) int {
 			sib = append(sib, fmt.Sprintf("%.3f", x.sibling))
 			frac = append(frac, fmt.Sprintf("%.3f", fr))
 			sbx = append(sbx, fmt.Sprintf("%.2f", x.sandbox))
-			most = append(most, strconv.Itoa(x.mostRunnable))
-			stolen = append(stolen, fmt.Sprintf("%.0f", x.stolenMs))
+			if r.native {
+				most, stolen = append(most, "-"), append(stolen, "-")
+			} else {
+				most = append(most, strconv.Itoa(x.mostRunnable))
+				stolen = append(stolen, fmt.Sprintf("%.0f", x.stolenMs))
+			}
 			up = append(up, fmt.Sprintf("%.1f", x.startS))
 		}
 		verdict := "met"
-		if !met {
+		switch {
+		case r.native:
+			verdict = "(Linux's own)"
+		case !met:
 			verdict = "MISSED"
 		}
 		fmt.Printf("%-34s %5.2f  %-18s %-18s %-15s %-9s %-18s %-15s %s\n", r.name, fair, strings.Join(sib, " "), strings.Join(frac, " "),
@@ -343,7 +359,9 @@ func schedFair(args []string) int {
 		"  less often when samples cost more than a fiftieth of a CPU; on cgroup v1 the probe's thread runs\n" +
 		"  outside the sandbox's cgroup, so that its sampling neither takes from nor counts as the sandbox's CPU);\n" +
 		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line);\n" +
-		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n")
+		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n" +
+		"Linux rows: the same tenant run natively in the sandbox's cgroup, what Linux alone gives the sibling: with 2\n" +
+		"  threads the machine's own spread between equal cgroups, with 50 what a pod without a kernelet takes.\n")
 	return status
 }
 
@@ -415,6 +433,10 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	if r.lock {
 		argv = append(argv, "lock")
 	}
+	tenant := filepath.Join(f.root, "bin", "schedbench")
+	if r.native {
+		argv = append([]string{tenant}, argv[slices.Index(argv, "--")+2:]...)
+	}
 	started := time.Now()
 	endo, err := f.start(argv...)
 	if err != nil {
@@ -422,10 +444,14 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	}
 	up := endo.stderr.watch("threads up")
 	defer endo.stop()
-	if err := waitForPid(sbx, endo.cmd.Process.Pid, 30*time.Second); err != nil {
+	if r.native {
+		// Add moves the whole process, threads it has made already too.
+		if err := sbx.Add(endo.cmd.Process.Pid); err != nil {
+			return res, err
+		}
+	} else if err := waitForPid(sbx, endo.cmd.Process.Pid, 30*time.Second); err != nil {
 		return res, err
 	}
-	tenant := filepath.Join(f.root, "bin", "schedbench")
 	for i := 0; i < f.cpus; i++ {
 		loop, err := f.start(tenant, "spin", "0")
 		if err != nil {
@@ -470,6 +496,9 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	res.sibling = float64(s1-s0) / float64(window)
 	res.sandbox = float64(b1-b0) / float64(window)
 
+	if r.native {
+		return res, nil // endo.stop ends it
+	}
 	// endo passes SIGTERM to the tenant, then reports its probe and leaves.
 	endo.cmd.Process.Signal(syscall.SIGTERM)
 	select {
