@@ -137,6 +137,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	child.pgid, child.sid = p.pgid, p.sid
 	k.adopt(child, p)
 	go ct.run()
+	t.quiet = true
 	if vfork {
 		t.blocking(func() { <-child.vforkDone })
 	}

@@ -48,8 +48,11 @@ type Task struct {
 	waiting     atomic.Bool  // in blocking(): it runs nothing until woken (job control)
 
 	spin spinState
-	park park.Parker // the carrier sleeps here in kernel waits that others end directly
-	host hostCreds   // the file system ids the carrier's thread holds (creds.go)
+	// quiet: the task has just made another runnable (a fork, a new thread), whose carrier and
+	// stub thread need the host's CPUs to start: its next round trip spins on neither side.
+	quiet bool
+	park  park.Parker // the carrier sleeps here in kernel waits that others end directly
+	host  hostCreds   // the file system ids the carrier's thread holds (creds.go)
 	// parked: the task gave way at a preemption with its registers parked in the stub: the
 	// carrier only waits for its next trap, which some runner takes it to without the carrier.
 	parked bool
@@ -78,10 +81,12 @@ func (t *Task) spins() (stub, sandbox uint64) {
 	if paused {
 		t.spin.pause--
 	}
-	if t.spare || !paused {
-		t.spare = t.kt.SpinSpare(!paused)
+	still := paused || t.quiet
+	t.quiet = false
+	if t.spare || !still {
+		t.spare = t.kt.SpinSpare(!still)
 	}
-	if paused || !t.spare {
+	if still || !t.spare {
 		return 0, 0
 	}
 	us := crossing.CyclesPerMicrosecond()

@@ -77,6 +77,7 @@ func (t *Task) newThread(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	p.live++
 	p.mu.Unlock()
 	go nt.run()
+	t.quiet = true
 	return uint64(tid), nil
 }
 
