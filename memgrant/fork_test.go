@@ -320,7 +320,7 @@ func TestForkRefusesLayoutThatDoesNotFit(t *testing.T) {
 }
 
 func TestCowFaultsInOrderBreakInBatches(t *testing.T) {
-	const pages = 32
+	const pages = 128
 	x := newTestAS(t, 16<<20, 1<<20, Layout{})
 	addr, err := x.as.Map(0, 2*pages*PageSize, ProtRead|ProtWrite, 0, "heap", pattern)
 	require.NoError(t, err)
@@ -334,7 +334,7 @@ func TestCowFaultsInOrderBreakInBatches(t *testing.T) {
 	require.Equal(t, used+PageSize, x.g.UsedBytes())
 	require.Equal(t, "r--", hostRights(t, c, addr+(pages+6)*PageSize))
 
-	// Writes in address order are served in growing windows: 1, 2, 4, 8, 16, 16 pages.
+	// Writes in address order are served in growing windows: 1, 2, 4, 8, 16, 32, 64, 64 pages.
 	var calls int
 	cm := c.local(t, addr, pages*PageSize)
 	for i := uint64(0); i < pages; i++ {
@@ -346,11 +346,11 @@ func TestCowFaultsInOrderBreakInBatches(t *testing.T) {
 		}
 		cm[i*PageSize] = 'c'
 	}
-	require.Equal(t, 6, calls)
-	require.Equal(t, uint64(7), c.as.CowFaults())
-	// The last window (16 pages from page 31) runs ahead of the writes up to the page
-	// copied alone (37): 31+6 copies, and that one.
-	require.Equal(t, used+38*PageSize, x.g.UsedBytes())
+	require.Equal(t, 8, calls)
+	require.Equal(t, uint64(9), c.as.CowFaults())
+	// The last window (64 pages from page 127) runs ahead of the writes up to the page
+	// copied alone (133): 127+6 copies, and that one.
+	require.Equal(t, used+134*PageSize, x.g.UsedBytes())
 	pm := x.local(t, addr, pages*PageSize)
 	for i := uint64(0); i < pages; i++ {
 		require.Equal(t, patternAt(i*PageSize), pm[i*PageSize])
