@@ -93,7 +93,7 @@ type AddressSpace struct {
 	batching    bool               // host ops are held for one batch (Batch)
 	batch       []HostOp           // the held ops, in order
 	batchFrames []Frame            // frames the held ops unmap, referenced until the batch is applied
-	batchCode   map[uint64]hostPTE // the code pages the host mapped when the batch began
+	batchKept   map[uint64]hostPTE // the read-only pages the host mapped when the batch began
 }
 
 // hostPTE is what the host maps at a page: a frame with rights.
@@ -989,19 +989,20 @@ func (as *AddressSpace) Empty() error {
 // code meanwhile: its host mappings lag its page table. flush reports a failed batch (the
 // address space is broken then, as after any failed host operation).
 //
-// Code pages (executable, not writable) that the host maps at the start and that the batch
-// leaves mapped the same (a program executed anew: its text comes from the same cached frames
-// at the same place) are not touched on the host at all.
+// Read-only pages that the host maps at the start and that the batch leaves mapped the same (a
+// program executed anew: its text and read-only data come from the same cached frames at the
+// same place) are not touched on the host at all. Writable pages are left out: a page the
+// tenant may write is never mapped anew to the frame it had.
 func (as *AddressSpace) Batch() (flush func() error) {
 	as.mu.Lock()
 	as.batching = true
-	as.batchCode = map[uint64]hostPTE{}
+	as.batchKept = map[uint64]hostPTE{}
 	for _, v := range as.vmas {
-		if v.prot&ProtExec == 0 || v.prot&ProtWrite != 0 {
+		if v.prot&ProtWrite != 0 {
 			continue
 		}
 		as.pt.forEachPresentPtr(v.start, v.end, func(va uint64, p *pte) {
-			as.batchCode[va] = hostPTE{p.frame, hostProt(v.prot, *p)}
+			as.batchKept[va] = hostPTE{p.frame, hostProt(v.prot, *p)}
 		})
 	}
 	as.mu.Unlock()
@@ -1012,7 +1013,7 @@ func (as *AddressSpace) Batch() (flush func() error) {
 			return nil
 		}
 		ops, frames := as.batchWithoutKept(), as.batchFrames
-		as.batching, as.batch, as.batchFrames, as.batchCode = false, nil, nil, nil
+		as.batching, as.batch, as.batchFrames, as.batchKept = false, nil, nil, nil
 		if as.released {
 			return errf(unix.EIO, "address space released")
 		}
@@ -1028,11 +1029,11 @@ func (as *AddressSpace) Batch() (flush func() error) {
 	}
 }
 
-// batchWithoutKept returns the held ops less their parts on the code pages the host maps as the
-// page table does again (batchCode): those stay mapped as they are. as.mu is held.
+// batchWithoutKept returns the held ops less their parts on the read-only pages the host maps as
+// the page table does again (batchKept): those stay mapped as they are. as.mu is held.
 func (as *AddressSpace) batchWithoutKept() []HostOp {
 	kept := map[uint64]bool{}
-	for va, h := range as.batchCode {
+	for va, h := range as.batchKept {
 		p := as.pt.get(va)
 		if !p.present() || p.frame != h.frame {
 			continue

@@ -730,14 +730,16 @@ func TestBatchHoldsHostOpsUntilFlush(t *testing.T) {
 	require.NoError(t, flush(), "a second flush does nothing")
 }
 
-// Code that a batch unmaps and maps again from the same frames at the same place (a program
-// executed anew) stays mapped on the host: the batch does not touch it.
-func TestBatchKeepsCodeMappedAgain(t *testing.T) {
+// Code and read-only data that a batch unmaps and maps again from the same frames at the same
+// place (a program executed anew) stay mapped on the host: the batch does not touch them.
+func TestBatchKeepsReadOnlyPagesMappedAgain(t *testing.T) {
 	x := newTestAS(t, 16<<20, 1<<20, Layout{})
 	src, err := x.g.NewPages(4*PageSize, pattern)
 	require.NoError(t, err)
 	defer src.Release()
 	code, err := x.as.MapPages(0, 4*PageSize, ProtRead|ProtExec, 0, "text", src)
+	require.NoError(t, err)
+	rodata, err := x.as.MapPages(0, 2*PageSize, ProtRead, 0, "rodata", src)
 	require.NoError(t, err)
 	data, err := x.as.Map(0, 2*PageSize, ProtRead|ProtWrite, 0, "data", pattern)
 	require.NoError(t, err)
@@ -749,10 +751,16 @@ func TestBatchKeepsCodeMappedAgain(t *testing.T) {
 	again, err := x.as.MapPages(code, 4*PageSize, ProtRead|ProtExec, MapFixed, "text", src)
 	require.NoError(t, err)
 	require.Equal(t, code, again)
+	require.NoError(t, x.as.Unmap(rodata, 2*PageSize))
+	again, err = x.as.MapPages(rodata, 2*PageSize, ProtRead, MapFixed, "rodata", src)
+	require.NoError(t, err)
+	require.Equal(t, rodata, again)
 	require.NoError(t, flush())
 	_, ops1 := x.lm.Stats()
 	require.Equal(t, uint64(1), ops1-ops0, "only the data's unmap reaches the host")
 	require.Equal(t, "r-x", hostRights(t, x, code))
 	require.Equal(t, patternAt(PageSize+3), x.local(t, code, 2*PageSize)[PageSize+3])
+	require.Equal(t, "r--", hostRights(t, x, rodata))
+	require.Equal(t, patternAt(PageSize+5), x.local(t, rodata, 2*PageSize)[PageSize+5])
 	require.Equal(t, "---", hostRights(t, x, data))
 }
