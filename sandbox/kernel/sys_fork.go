@@ -27,8 +27,9 @@ func sysClone(t *Task, a sysargs) (uint64, error) {
 	return t.fork(a[0], a[1], a[2], a[3], a[4])
 }
 
-// Clone flags a new process may ask for; sharing ones (VM without VFORK, FILES, FS, SIGHAND,
-// THREAD) need threads, which the kernel does not have yet.
+// Clone flags a new process may ask for. Sharing ones (VM without VFORK, FILES, FS, SIGHAND)
+// without CLONE_THREAD, which goes to newThread, make a process that shares with its parent:
+// not supported.
 const forkFlags = 0xff | unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID |
 	unix.CLONE_CHILD_SETTID | unix.CLONE_CHILD_CLEARTID
 
@@ -38,7 +39,7 @@ const forkFlags = 0xff | unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_SETTLS | 
 func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if flags&^forkFlags != 0 || flags&unix.CLONE_VM != 0 && flags&unix.CLONE_VFORK == 0 {
 		t.p.k.countUnimplemented(unix.SYS_CLONE)
-		t.p.k.cfg.Log("pid %d: clone flags %#x (threads) are not supported yet", t.p.pid, flags)
+		t.p.k.cfg.Log("pid %d: clone flags %#x (sharing without CLONE_THREAD) are not supported", t.p.pid, flags)
 		return 0, fmt.Errorf("clone %#x: %w", flags, unix.ENOSYS)
 	}
 	p, k := t.p, t.p.k
