@@ -427,14 +427,8 @@ func TestForkOverMapsOnlyWhatDiffers(t *testing.T) {
 	require.NoError(t, err)
 	text, err := x.as.Map(0, 4*PageSize, ProtRead|ProtExec, 0, "text", pattern)
 	require.NoError(t, err)
-	lm, err := NewLocalMapperAt(x.g, x.lm.Size(), x.lm.Base())
-	require.NoError(t, err)
-	defer lm.Close()
-	l := x.as.Layout()
-	l.Reserved = nil
-	c1, err := x.as.Fork(lm, l)
-	require.NoError(t, err)
-	first := testAS{g: x.g, lm: lm, as: c1}
+	first := fork(t, x)
+	lm, c1, l := first.lm, first.as, first.as.Layout()
 
 	// The first child writes a page (its own copy) and maps one more page, then is done.
 	ok, err := c1.HandleFault(heap+3*PageSize, true)
@@ -496,14 +490,8 @@ func TestForkOverCopiesIntoTheFrameTheLastChildWrote(t *testing.T) {
 	x := newTestAS(t, 16<<20, 4<<20, Layout{})
 	heap, err := x.as.Map(0, 4*PageSize, ProtRead|ProtWrite, 0, "heap", pattern)
 	require.NoError(t, err)
-	lm, err := NewLocalMapperAt(x.g, x.lm.Size(), x.lm.Base())
-	require.NoError(t, err)
-	defer lm.Close()
-	l := x.as.Layout()
-	l.Reserved = nil
-	c1, err := x.as.Fork(lm, l)
-	require.NoError(t, err)
-	child := testAS{g: x.g, lm: lm, as: c1}
+	child := fork(t, x)
+	lm, c1, l := child.lm, child.as, child.as.Layout()
 	require.NoError(t, c1.CopyOut(heap+PageSize, []byte("one")))
 	require.Equal(t, uint64(1), c1.CowFaults())
 	written, _ := c1.Translate(heap + PageSize)
