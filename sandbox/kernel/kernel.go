@@ -169,6 +169,9 @@ func (k *Kernel) Faults() (reads, writes uint64) {
 	return k.faults.Reads.Load(), k.faults.Writes.Load()
 }
 
+// Rings returns how the kernelet's rings went (the runners taking turns without the sandbox).
+func (k *Kernel) Rings() kernelet.RingStats { return k.sched.RingStats() }
+
 // PatchedCalls returns how many call sites of tenant code were patched, and how many calls of
 // tasks that have ended came through patched sites.
 func (k *Kernel) PatchedCalls() (sites, calls int64) {

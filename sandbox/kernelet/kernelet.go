@@ -120,6 +120,7 @@ type Kernelet struct {
 
 	ring     *ring       // the vCPUs and waiting tasks given to a stub's runners (ring.go), or nil
 	ringOpen atomic.Bool // ring != nil, read without the lock
+	rings    RingStats   // of the rings so far
 }
 
 // run is one OnRun call still to be made.

@@ -1,6 +1,9 @@
 package kernelet
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // A ring hands vCPUs and waiting tasks to the stub of one process while they are all equals of
 // that process: its runners then take turns among the tasks on their own timers, and no sandbox
@@ -14,6 +17,24 @@ import "slices"
 // (Grow); a task that wakes and finds no vCPU free takes one from the ring (Shrink: the runner's
 // member traps and gives it way). Anything else (a task that is no equal, a change of priority,
 // affinity or vCPUs, the process's end) takes the whole ring back (endRing).
+
+// RingStats tells how the rings went: how often one was opened and taken back, and how long
+// they were open in all (a ring still open counts up to now).
+type RingStats struct {
+	Opened, Closed int
+	Open           time.Duration
+}
+
+// RingStats returns the rings' statistics so far.
+func (k *Kernelet) RingStats() RingStats {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.rings
+	if k.ring != nil {
+		s.Open += time.Duration(k.now() - k.ring.start)
+	}
+	return s
+}
 
 // RingOps carries a ring's changes out in the stub. Every method is called under the kernelet's
 // lock, and must only flip shared memory or signal a runner.
@@ -126,6 +147,7 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, 
 	}
 	k.ring = r
 	k.ringOpen.Store(true)
+	k.rings.Opened++
 	return true
 }
 
@@ -254,6 +276,8 @@ func (k *Kernelet) endRing() {
 	k.ring = nil
 	k.ringOpen.Store(false)
 	now := k.now()
+	k.rings.Closed++
+	k.rings.Open += time.Duration(now - r.start)
 	got := r.ops.Close(r.vcpus)
 	members := make([]*Task, 0, len(r.members))
 	for t := range r.members {

@@ -143,8 +143,11 @@ func TestDelegateAndTakeBack(t *testing.T) {
 	s.rotate(v) // the first parked runs, h waits in the stub's ring
 	next := parkedGot[0]
 	now.Add(3 * int64(Slice))
+	require.Equal(t, RingStats{Opened: 1, Open: 3 * Slice}, k.RingStats(), "open so far")
 	next.SetNice(0, false) // no change in value, but a call that may change ranks: the ring goes
 	require.Equal(t, 1, s.closed)
+	now.Add(int64(Slice))
+	require.Equal(t, RingStats{Opened: 1, Closed: 1, Open: 3 * Slice}, k.RingStats())
 	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 2, Parked: 2, Tasks: 3}, k.Stats())
 	require.True(t, h.Parked())
 	require.True(t, parkedGot[1].Parked())
