@@ -26,6 +26,7 @@ package kernelet
 
 import (
 	"fmt"
+	"github.com/endovisor/endo/sandbox/kernelet/park"
 	"math"
 	"slices"
 	"sync"
@@ -180,7 +181,7 @@ type Task struct {
 	parked bool
 	inRun  int  // OnRun calls for it that are due or under way
 	ringed bool // in a ring: it holds or waits for a vCPU as the ring's runners decide
-	grant  chan *VCPU
+	grant  grantBox
 	exited bool
 }
 
@@ -253,7 +254,7 @@ func (k *Kernelet) NewTask(owner any) *Task {
 	defer k.mu.Unlock()
 	k.updateMin()
 	k.tasks++
-	return &Task{k: k, Owner: owner, last: -1, vr: k.minVr + newTaskDebit, fresh: true, grant: make(chan *VCPU, 1)}
+	return &Task{k: k, Owner: owner, last: -1, vr: k.minVr + newTaskDebit, fresh: true}
 }
 
 // Fork makes a task that inherits t's policy, priorities and affinity, as a child thread or
@@ -350,7 +351,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			if k.onWait != nil {
 				k.onWait() // the ticker too, should the runner's trap not come
 			}
-			return <-t.grant
+			return t.grant.take()
 		}
 	}
 	for t.vcpu != nil && t.inRun > 0 {
@@ -376,7 +377,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			if k.onWait != nil {
 				k.onWait()
 			}
-			return <-t.grant
+			return t.grant.take()
 		}
 	}
 	k.updateMin()
@@ -398,12 +399,12 @@ func (t *Task) acquire(park func() bool) *VCPU {
 	}
 	k.unlock(kicks)
 	if v != nil {
-		return <-t.grant // posted by give
+		return t.grant.take() // posted by give
 	}
 	if k.onWait != nil {
 		k.onWait()
 	}
-	return <-t.grant
+	return t.grant.take()
 }
 
 // place gives t a free vCPU it may use, or queues it; it returns the holders to kick (k.mu held).
@@ -565,7 +566,7 @@ func (t *Task) setSpare(v *VCPU) {
 }
 
 // give hands free vCPU v to t and tells it: a parked task through OnRun after the lock is
-// released, any other on its grant channel, which its carrier reads (k.mu held). Only a task
+// released, any other through its grant box, which its carrier reads (k.mu held). Only a task
 // that is not parked gets a post, so grant never holds a vCPU nobody waits for.
 func (k *Kernelet) give(v *VCPU, t *Task) {
 	wasParked := t.parked
@@ -576,10 +577,7 @@ func (k *Kernelet) give(v *VCPU, t *Task) {
 		k.runsPending.Store(true)
 		return
 	}
-	select {
-	case t.grant <- v:
-	default:
-	}
+	t.grant.post(v)
 }
 
 // assign makes t the holder of free vCPU v without telling it (k.mu held). A parked task is
@@ -874,7 +872,7 @@ func (t *Task) giveWay(yieldTo func(w *Task, now int64) bool, behindEquals bool)
 	if got == nil && k.onWait != nil {
 		k.onWait()
 	}
-	<-t.grant // posted by give, now or when a vCPU comes free
+	t.grant.take() // posted by give, now or when a vCPU comes free
 	return true
 }
 
@@ -1154,4 +1152,31 @@ func (t *Task) Parked() bool {
 	t.k.mu.Lock()
 	defer t.k.mu.Unlock()
 	return t.parked
+}
+
+// grantBox hands a vCPU to the carrier that waits for it. The carrier sleeps on a host futex of
+// its own (park.Parker): a Go channel would make the runtime hand a P to the carrier's locked
+// thread, which costs tens of µs more on a paravirtualised host, on every hand-over of a vCPU.
+type grantBox struct {
+	v atomic.Pointer[VCPU]
+	p park.Parker
+}
+
+// post leaves v for the carrier and wakes it; a vCPU already waiting there stays (k.mu held:
+// give posts only to a task that waits, once).
+func (g *grantBox) post(v *VCPU) {
+	if g.v.CompareAndSwap(nil, v) {
+		g.p.Wake()
+	}
+}
+
+// take waits for a posted vCPU and takes it.
+func (g *grantBox) take() *VCPU {
+	for {
+		ticket := g.p.Ticket()
+		if v := g.v.Swap(nil); v != nil {
+			return v
+		}
+		g.p.Wait(ticket, time.Time{})
+	}
 }

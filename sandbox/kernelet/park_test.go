@@ -122,7 +122,7 @@ func TestPreemptedPark(t *testing.T) {
 	require.Same(t, v, a.vcpu)
 	require.Same(t, a, v.holder)
 	require.Equal(t, vr+int64(Slice), a.vr, "a preempted task gets no sleeper credit")
-	require.Zero(t, len(a.grant), "nothing posted for a parked task")
+	require.Nil(t, a.grant.v.Load(), "nothing posted for a parked task")
 	k.mu.Unlock()
 
 	// Its thread traps after all: Acquire returns the vCPU it was given, at once.
@@ -203,8 +203,8 @@ func TestOverdueSwitch(t *testing.T) {
 	require.Same(t, v, p.vcpu)
 	require.Nil(t, a.vcpu)
 	require.Same(t, v, a.queued)
-	require.Zero(t, len(p.grant))
-	require.Zero(t, len(a.grant))
+	require.Nil(t, p.grant.v.Load())
+	require.Nil(t, a.grant.v.Load())
 	k.mu.Unlock()
 	require.Empty(t, runs.get(), "the Switch carries the hand-over: no OnRun")
 	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 1, Parked: 1, Tasks: 2}, k.Stats())

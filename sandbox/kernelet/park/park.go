@@ -1,7 +1,8 @@
 // Package park lets a carrier (a goroutine locked to its host thread) sleep until another
 // wakes it, through a host futex: the wake-up is one host system call that reaches the
-// sleeping thread directly. It must never be used from a goroutine that is not locked to its
-// thread, and never import the kernel proper.
+// sleeping thread directly. It is for goroutines locked to their thread (any other's sleep
+// holds a host thread the Go runtime cannot use meanwhile), and must never import the kernel
+// proper.
 package park
 
 import (
@@ -13,7 +14,7 @@ import (
 // it, through a host futex: the wake-up is one host system call that reaches the sleeping
 // thread directly. A Go channel would instead make the runtime hand a P from thread to
 // thread (a locked goroutine runs only on its own thread), which costs tens of µs on a
-// paravirtualised host. Use it only from a locked goroutine: the sleep holds the thread.
+// paravirtualised host. Meant for locked goroutines: the sleep holds the thread.
 // The zero value is ready.
 type Parker struct {
 	word     atomic.Uint32
