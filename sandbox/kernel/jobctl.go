@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -203,7 +204,7 @@ func (p *Process) notifyParent(code, status int32, cld bool) {
 	if (!cld || flags&saNocldstop == 0) && !parent.exited() {
 		parent.postInfo(unix.SIGCHLD, nil, sigInfo{code: code, pid: p.pid, status: status})
 	}
-	notify(parent.childEvent)
+	parent.childChanged()
 }
 
 // childExited sends the parent SIGCHLD for p's exit, with its cause.
@@ -215,7 +216,44 @@ func (p *Process) childExited(parent *Process) {
 	if !parent.exited() {
 		parent.postInfo(unix.SIGCHLD, nil, info)
 	}
-	notify(parent.childEvent)
+	parent.childChanged()
+}
+
+// waitCut reports (and takes) a signal's poke of the task's interrupt channel, or its stub's
+// end: what cuts a kernel wait on the wake word short.
+func (t *Task) waitCut() bool {
+	select {
+	case <-t.interrupt:
+		return true
+	case <-t.p.stub.Exited():
+		return true
+	default:
+		return false
+	}
+}
+
+// childChanged wakes the tasks of p that wait for a child's event. A waiter wakes on its own
+// wake word: one host call that reaches its carrier, where a Go channel would hand a P to the
+// carrier's locked thread first (tens of µs here, on every fork+exit+wait).
+func (p *Process) childChanged() {
+	p.waitersMu.Lock()
+	defer p.waitersMu.Unlock()
+	for _, t := range p.childWaiters {
+		t.park.Wake()
+	}
+}
+
+// waitForChildren makes t a waiter for p's children's events until the returned function is
+// called.
+func (p *Process) waitForChildren(t *Task) (done func()) {
+	p.waitersMu.Lock()
+	p.childWaiters = append(p.childWaiters, t)
+	p.waitersMu.Unlock()
+	return func() {
+		p.waitersMu.Lock()
+		p.childWaiters = slices.DeleteFunc(p.childWaiters, func(x *Task) bool { return x == t })
+		p.waitersMu.Unlock()
+	}
 }
 
 // orphanedPgrp reports whether p's process group is orphaned: no member has a parent in another
@@ -376,7 +414,10 @@ func (t *Task) waitid(idtype uint64, id int64, options uint64) (waitEvent, error
 func (t *Task) waitChild(match func(*Process) bool, options uint64) (waitEvent, error) {
 	p, k := t.p, t.p.k
 	cut := false
+	// A waiter from before the first look: an event after it wakes the wait below.
+	defer p.waitForChildren(t)()
 	for {
+		ticket := t.park.Ticket()
 		k.mu.Lock()
 		pids := make([]int, 0, len(p.children))
 		for pid, ch := range p.children {
@@ -408,12 +449,10 @@ func (t *Task) waitChild(match func(*Process) bool, options uint64) (waitEvent, 
 			return waitEvent{}, unix.EINTR
 		}
 		t.blocking(func() {
-			select {
-			case <-p.childEvent:
-			case <-t.interrupt:
-				cut = true
-			case <-p.stub.Exited():
-				cut = true
+			// Signals and the stub's end wake the wake word too (wakeWaits, watchStub).
+			if cut = t.waitCut(); !cut {
+				t.park.Wait(ticket, time.Time{})
+				cut = t.waitCut()
 			}
 		})
 	}

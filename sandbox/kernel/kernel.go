@@ -336,7 +336,7 @@ func (k *Kernel) exited(p *Process) {
 			init.children[pid] = ch
 			moved = append(moved, ch)
 			if ch.zombie {
-				notify(init.childEvent)
+				init.childChanged()
 			}
 		} else {
 			ch.parent = nil

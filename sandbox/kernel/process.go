@@ -36,8 +36,10 @@ type Process struct {
 	sid      int  // session (session.go)
 	execed   bool // it called execve since its fork: its parent may no longer setpgid it
 	zombie   bool // exited, not yet reaped by its parent
-	// childEvent is poked when a child exits, for wait4.
-	childEvent chan struct{}
+	// childWaiters are the tasks in wait4 or waitid, woken on their wake words when a child
+	// exits, stops or goes on (childChanged), under waitersMu.
+	waitersMu    sync.Mutex
+	childWaiters []*Task
 	// vforkDone is closed when a vfork child execs or exits.
 	vforkDone chan struct{}
 
@@ -81,7 +83,7 @@ type sigaction struct {
 func newProcess(k *Kernel, pid int, c *container, cwd string) *Process {
 	return &Process{
 		k: k, pid: pid, c: c, fs: k.procView(c, pid), fds: vfs.NewFDTable(), cwd: cwd, pgid: pid, sid: pid,
-		children: map[int]*Process{}, childEvent: make(chan struct{}, 1),
+		children: map[int]*Process{},
 		umask: 0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
 	}
 }
