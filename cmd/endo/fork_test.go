@@ -124,3 +124,13 @@ func TestExitedChildsMemoryGoesBack(t *testing.T) {
 	require.False(t, cgroupExists(path))
 	requireNoStubs(t)
 }
+
+// vfork and posix_spawn: the parent is held until its child execs or exits, then goes on and
+// waits for it, also when the child is done before the parent has looked (300 in a row).
+func TestVforkAndSpawn(t *testing.T) {
+	want := native(t, "/bin/spawn")
+	require.Equal(t, "vfork, _exit: exit 3\nhello, world (3 args)\nvfork, execve: exit 0\n"+
+		"hello, world (2 args)\nposix_spawn: exit 0\n300 vforks: 0 wrong\n", want.stdout)
+	require.Equal(t, want, endo(t, "/bin/spawn"))
+	requireNoStubs(t)
+}

@@ -40,8 +40,10 @@ type Process struct {
 	// exits, stops or goes on (childChanged), under waitersMu.
 	waitersMu    sync.Mutex
 	childWaiters []*Task
-	// vforkDone is closed when a vfork child execs or exits.
-	vforkDone chan struct{}
+	// vforkDone is closed when a vfork child execs or exits, and vforkParent, the task that
+	// waits for that, is woken (under vforkMu).
+	vforkDone   chan struct{}
+	vforkParent *Task
 
 	stub *crossing.Stub
 	as   *memgrant.AddressSpace
@@ -84,7 +86,7 @@ func newProcess(k *Kernel, pid int, c *container, cwd string) *Process {
 	return &Process{
 		k: k, pid: pid, c: c, fs: k.procView(c, pid), fds: vfs.NewFDTable(), cwd: cwd, pgid: pid, sid: pid,
 		children: map[int]*Process{},
-		umask: 0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
+		umask:    0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
 	}
 }
 
@@ -268,9 +270,7 @@ func (p *Process) finish(fallback ExitStatus) {
 			p.stub.Kill()
 		}
 		p.fds.CloseAll()
-		if p.vforkDone != nil {
-			p.releaseVfork()
-		}
+		p.releaseVfork()
 		if !reuse || !p.k.recycle(p.stub, th, p.as) {
 			// The frames go back once the stub can no longer touch them. A parent need not
 			// wait for that to see a small child exit; a big one's memory is back first, as

@@ -131,16 +131,29 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	}
 	child.tasks, child.live = []*Task{ct}, 1
 	child.updateSingle()
-	vfork := flags&unix.CLONE_VFORK != 0
-	if vfork {
-		child.vforkDone = make(chan struct{})
+	// Taken here: the child may exec, and drop the field, before this task looks at it.
+	var vforkDone chan struct{}
+	if flags&unix.CLONE_VFORK != 0 {
+		vforkDone = make(chan struct{})
+		child.vforkDone, child.vforkParent = vforkDone, t
 	}
 	child.pgid, child.sid = p.pgid, p.sid
 	k.adopt(child, p)
 	go ct.run()
 	t.quiet = true
-	if vfork {
-		t.blocking(func() { <-child.vforkDone })
+	if vforkDone != nil {
+		// On the wake word, which releaseVfork pokes: one host call reaches this carrier.
+		t.blocking(func() {
+			for {
+				ticket := t.park.Ticket()
+				select {
+				case <-vforkDone:
+					return
+				default:
+				}
+				t.park.Wait(ticket, time.Time{})
+			}
+		})
 	}
 	return uint64(pid), nil
 }
@@ -154,6 +167,7 @@ func (p *Process) releaseVfork() {
 	if p.vforkDone != nil {
 		close(p.vforkDone)
 		p.vforkDone = nil
+		p.vforkParent.park.Wake()
 	}
 }
 
