@@ -69,7 +69,10 @@ func (ft *futexTable) wakeLocked(key futexKey, n int, bitset uint32) int {
 	for _, w := range q {
 		if woken < n && w.bitset&bitset != 0 {
 			w.woken.Store(true)
-			w.task.park.Wake()
+			// Its carrier wakes once it has a vCPU: before, it would only queue itself.
+			if w.task.kt.Wake() {
+				w.task.park.Wake()
+			}
 			woken++
 			continue
 		}

@@ -131,6 +131,7 @@ func (t *Task) run() {
 	}
 	t.p.mu.Unlock()
 	t.kt.OnGiveWay = t.th.StopSpinning
+	t.kt.OnGrant = t.park.Wake
 	t.th.SpinWhile = &t.kt.SpareHeld
 	if t.p.k.lowWeight {
 		// Carriers weigh what the stubs they take turns with weigh (weight.go).

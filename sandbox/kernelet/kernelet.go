@@ -153,6 +153,9 @@ type Task struct {
 	// giving way in Yield or Preempted), under the kernelet's lock: it must only flip a flag (the
 	// kernel ends its stub thread's spinning). Set it before the task's first Acquire.
 	OnGiveWay func()
+	// OnGrant, if set, wakes the task's carrier when it is given a vCPU after another task woke
+	// it (Wake); it is called under the kernelet's lock and must only make one host call.
+	OnGrant func()
 
 	policy   Policy
 	nice     int
@@ -181,6 +184,8 @@ type Task struct {
 	parked bool
 	inRun  int  // OnRun calls for it that are due or under way
 	ringed bool // in a ring: it holds or waits for a vCPU as the ring's runners decide
+	// woken: another task placed it (Wake) while its carrier sleeps; a give calls OnGrant.
+	woken  bool
 	grant  grantBox
 	exited bool
 }
@@ -334,6 +339,19 @@ func (t *Task) AcquireOrPark(park func() bool) *VCPU { return t.acquire(park) }
 func (t *Task) acquire(park func() bool) *VCPU {
 	k := t.k
 	k.mu.Lock()
+	if t.woken {
+		// Placed by its waker: it holds a vCPU by now, or waits in a run queue for a give,
+		// which from now on posts on the grant box.
+		t.woken = false
+		if v := t.vcpu; v != nil {
+			k.mu.Unlock()
+			return v
+		}
+		if t.queued != nil {
+			k.mu.Unlock()
+			return t.grant.take()
+		}
+	}
 	if k.ring != nil {
 		switch v, queued, parked, handled := k.ringAcquire(t, park); {
 		case !handled:
@@ -577,7 +595,57 @@ func (k *Kernelet) give(v *VCPU, t *Task) {
 		k.runsPending.Store(true)
 		return
 	}
+	if t.woken {
+		if t.OnGrant != nil {
+			t.OnGrant()
+		}
+		return
+	}
 	t.grant.post(v)
+}
+
+// Wake is called by another task for t, whose carrier sleeps in the kernel without a vCPU and
+// whose event has come (a futex wake): t is placed as its own Acquire would place it, and Wake
+// reports whether it got a vCPU at once, so that its carrier is to be woken now. Otherwise the
+// carrier is woken when t is given one (OnGrant): a carrier that would only run to find every
+// vCPU taken and queue itself stays asleep, and Linux sees no more of the pod's threads
+// runnable than it has vCPUs. Whatever wakes the carrier, it calls Acquire as usual after.
+func (t *Task) Wake() (now bool) {
+	k := t.k
+	k.mu.Lock()
+	if t.OnGrant == nil || t.vcpu != nil || t.queued != nil || t.parked || t.ringed || t.woken ||
+		t.exited || t.fresh || t.inRun != 0 {
+		k.mu.Unlock()
+		return true // not asleep without a vCPU: its carrier sees to it
+	}
+	t.woken = true
+	if k.ring != nil {
+		switch v, queued, _, handled := k.ringAcquire(t, nil); {
+		case handled && queued:
+			k.unlock(nil)
+			if k.onWait != nil {
+				k.onWait()
+			}
+			return false
+		case handled:
+			if v == nil {
+				t.woken = false // neither placed nor queued: its own Acquire sees to it
+			}
+			k.unlock(nil)
+			return true
+		}
+	}
+	k.updateMin()
+	if t.policy.class() != 0 {
+		t.vr = max(t.vr, k.minVr-sleeperCredit)
+	}
+	kicks := k.place(t)
+	now = t.vcpu != nil
+	k.unlock(kicks)
+	if !now && k.onWait != nil {
+		k.onWait()
+	}
+	return now
 }
 
 // assign makes t the holder of free vCPU v without telling it (k.mu held). A parked task is

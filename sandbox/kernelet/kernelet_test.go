@@ -518,3 +518,47 @@ func TestGiveWayWithSpare(t *testing.T) {
 	c.Exit()
 	require.Equal(t, 3, k.Idle())
 }
+
+// A task woken by another (Wake) while its carrier sleeps is placed at once: with a vCPU free it
+// gets it and its carrier is to be woken now; with none, it waits in a run queue and its
+// carrier is woken (OnGrant) only when it is given one. Either way its own Acquire then returns
+// that vCPU without waiting.
+func TestWakeOfASleeperWakesItsCarrierWithAVCPU(t *testing.T) {
+	k, now := clockedK(t, 1)
+	a, b := k.NewTask("a"), k.NewTask("b")
+	var grants atomic.Int32
+	b.OnGrant = func() { grants.Add(1) }
+	v := b.Acquire()
+	b.Release() // b sleeps in the kernel
+
+	require.True(t, b.Wake(), "a free vCPU: its carrier wakes now")
+	require.Same(t, v, acquireNow(t, b))
+	b.Release()
+
+	require.Same(t, v, a.Acquire())
+	now.Add(int64(Slice))
+	g0 := grants.Load()
+	require.False(t, b.Wake(), "every vCPU held: the carrier sleeps on")
+	require.Equal(t, g0, grants.Load())
+	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 1, Tasks: 2}, k.Stats())
+	a.Release()
+	require.Equal(t, g0+1, grants.Load(), "given the vCPU, its carrier is woken")
+	require.Same(t, v, acquireNow(t, b))
+
+	// A carrier woken before its vCPU came (a signal) waits for it as any waiter does.
+	b.Release()
+	require.Same(t, v, a.Acquire())
+	now.Add(int64(Slice))
+	require.False(t, b.Wake())
+	got := make(chan *VCPU, 1)
+	go func() { got <- b.Acquire() }()
+	waitFor(t, func() bool { // its Acquire has taken over from the waker
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return !b.woken
+	})
+	a.Release()
+	require.Same(t, v, within(t, got))
+	require.Equal(t, g0+1, grants.Load(), "no OnGrant once its carrier asked itself")
+	exitAll(t, k, a, b)
+}
