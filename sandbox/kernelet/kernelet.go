@@ -26,12 +26,13 @@ package kernelet
 
 import (
 	"fmt"
-	"github.com/endovisor/endo/sandbox/kernelet/park"
 	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/endovisor/endo/sandbox/kernelet/park"
 )
 
 // Policy is a task's scheduling policy; the values are Linux's SCHED_* numbers.
