@@ -85,8 +85,7 @@ type sigaction struct {
 func newProcess(k *Kernel, pid int, c *container, cwd string) *Process {
 	return &Process{
 		k: k, pid: pid, c: c, fs: k.procView(c, pid), fds: vfs.NewFDTable(), cwd: cwd, pgid: pid, sid: pid,
-		children: map[int]*Process{},
-		umask:    0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
+		children: map[int]*Process{}, umask: 0o022, rlimits: defaultRlimits(), done: make(chan struct{}),
 	}
 }
 
