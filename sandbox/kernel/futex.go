@@ -205,14 +205,9 @@ func (t *Task) futexWait(key futexKey, addr uint64, val uint32, tsAddr uint64, a
 	t.blocking(func() {
 		// The carrier sleeps on its own wake word: a waker reaches it with one host call.
 		for !w.woken.Load() {
-			select {
-			case <-t.interrupt:
+			if t.waitCut() {
 				result = unix.EINTR
 				return
-			case <-t.p.stub.Exited():
-				result = unix.EINTR
-				return
-			default:
 			}
 			if !t.park.Wait(ticket, deadline) && !w.woken.Load() {
 				result = unix.ETIMEDOUT

@@ -219,19 +219,6 @@ func (p *Process) childExited(parent *Process) {
 	parent.childChanged()
 }
 
-// waitCut reports (and takes) a signal's poke of the task's interrupt channel, or its stub's
-// end: what cuts a kernel wait on the wake word short.
-func (t *Task) waitCut() bool {
-	select {
-	case <-t.interrupt:
-		return true
-	case <-t.p.stub.Exited():
-		return true
-	default:
-		return false
-	}
-}
-
 // childChanged wakes the tasks of p that wait for a child's event. A waiter wakes on its own
 // wake word: one host call that reaches its carrier, where a Go channel would hand a P to the
 // carrier's locked thread first (tens of µs here, on every fork+exit+wait).

@@ -179,6 +179,19 @@ func (t *Task) wakeWaits() {
 	}
 }
 
+// waitCut reports (and takes) a signal's poke of the task's interrupt channel, or its stub's
+// end: what cuts a kernel wait on the wake word short.
+func (t *Task) waitCut() bool {
+	select {
+	case <-t.interrupt:
+		return true
+	case <-t.p.stub.Exited():
+		return true
+	default:
+		return false
+	}
+}
+
 // interruptFd is the task's eventfd for host polls, made on first use; a stale count from an
 // earlier wake is drained (signals that came meanwhile are pending, and io checks for them).
 func (t *Task) interruptFd() (int, error) {

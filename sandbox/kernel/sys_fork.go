@@ -144,15 +144,14 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	if vforkDone != nil {
 		// On the wake word, which releaseVfork pokes: one host call reaches this carrier.
 		t.blocking(func() {
-			for {
-				ticket := t.park.Ticket()
+			t.park.Until(func() bool {
 				select {
 				case <-vforkDone:
-					return
+					return true
 				default:
+					return false
 				}
-				t.park.Wait(ticket, time.Time{})
-			}
+			})
 		})
 	}
 	return uint64(pid), nil

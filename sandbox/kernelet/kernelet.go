@@ -399,11 +399,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			return t.grant.take()
 		}
 	}
-	k.updateMin()
-	if !t.fresh && t.policy.class() != 0 {
-		// A sleeper comes back a little behind the others, not with all the credit it saved.
-		t.vr = max(t.vr, k.minVr-sleeperCredit)
-	}
+	k.comeBack(t)
 	fresh := t.fresh
 	kicks := k.place(t)
 	t.fresh = false
@@ -424,6 +420,16 @@ func (t *Task) acquire(park func() bool) *VCPU {
 		k.onWait()
 	}
 	return t.grant.take()
+}
+
+// comeBack readies t, about to be placed after a sleep in the kernel (or its first run), for the
+// run queues: a sleeper comes back a little behind the others, not with all the credit it
+// saved; a new task keeps the debit it was made with (k.mu held).
+func (k *Kernelet) comeBack(t *Task) {
+	k.updateMin()
+	if !t.fresh && t.policy.class() != 0 {
+		t.vr = max(t.vr, k.minVr-sleeperCredit)
+	}
 }
 
 // place gives t a free vCPU it may use, or queues it; it returns the holders to kick (k.mu held).
@@ -636,10 +642,7 @@ func (t *Task) Wake() (now bool) {
 			return true
 		}
 	}
-	k.updateMin()
-	if t.policy.class() != 0 {
-		t.vr = max(t.vr, k.minVr-sleeperCredit)
-	}
+	k.comeBack(t)
 	kicks := k.place(t)
 	now = t.vcpu != nil
 	k.unlock(kicks)
@@ -1240,12 +1243,7 @@ func (g *grantBox) post(v *VCPU) {
 }
 
 // take waits for a posted vCPU and takes it.
-func (g *grantBox) take() *VCPU {
-	for {
-		ticket := g.p.Ticket()
-		if v := g.v.Swap(nil); v != nil {
-			return v
-		}
-		g.p.Wait(ticket, time.Time{})
-	}
+func (g *grantBox) take() (v *VCPU) {
+	g.p.Until(func() bool { v = g.v.Swap(nil); return v != nil })
+	return v
 }

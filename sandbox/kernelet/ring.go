@@ -204,10 +204,7 @@ func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, park
 	r.vcpus = r.vcpus[:len(r.vcpus)-1]
 	v.ring, v.taken = false, true
 	r.ops.Shrink(v)
-	k.updateMin()
-	if !t.fresh && t.policy.class() != 0 {
-		t.vr = max(t.vr, k.minVr-sleeperCredit)
-	}
+	k.comeBack(t)
 	t.fresh = false
 	k.enqueue(v, t)
 	return nil, true, false, true

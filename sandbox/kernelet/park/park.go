@@ -37,6 +37,18 @@ func (p *Parker) Wake() {
 // already on its way costs less than a sleep.
 const parkSpins = 64
 
+// Until sleeps until ready reports true; whoever makes it true must Wake after. ready is looked
+// at once before each sleep, with a ticket taken before it, so that no Wake is lost.
+func (p *Parker) Until(ready func() bool) {
+	for {
+		ticket := p.Ticket()
+		if ready() {
+			return
+		}
+		p.Wait(ticket, time.Time{})
+	}
+}
+
 // Wait sleeps until a Wake after ticket was taken or until deadline (zero: none), and
 // reports whether it was woken. The host sees a blocking system call: the Go runtime may
 // run other goroutines on the carrier's P meanwhile.
