@@ -26,7 +26,7 @@ var version = "dev"
 
 func usage() {
 	fmt.Fprintf(os.Stderr, `usage:
-  endo run --rootfs DIR [--report] [--memory BYTES] [--cpus N] [--cgroup PATH] [--probe] [--env K=V]... -- PROGRAM [ARGS...]
+  endo run --rootfs DIR [--report] [--memory BYTES] [--cpus N] [--cgroup PATH] [--probe [--probe-budget N]] [--env K=V]... -- PROGRAM [ARGS...]
   endo bench --tenants DIR [--runs N]
   endo sched-perf --tenants DIR [--runs N]
   endo sched-fair --tenants DIR [--seconds S] [--runs N]
@@ -84,6 +84,7 @@ func run(args []string) int {
 	cwd := fs.String("cwd", "/", "working directory inside the sandbox")
 	cpuprofile := fs.String("cpuprofile", "", "write the sandbox's CPU profile to this file")
 	probe := fs.Bool("probe", false, "sample how many sandbox threads Linux has runnable at once, and report the most")
+	probeBudget := fs.Int("probe-budget", 50, "with --probe: the probe spends at most 1/N of a CPU")
 	cgroupPath := fs.String("cgroup", "", "cgroup to run the sandbox and its stubs in (made, and removed after, if it does not exist)")
 	verbose := fs.Bool("v", false, "log the sandbox's own messages (crossing timings) to stderr")
 	noPatch := fs.Bool("no-patch", false, "never patch call sites: every system call traps (SIGSYS)")
@@ -172,7 +173,7 @@ func run(args []string) int {
 		// The probe is an instrument: its sampling (two /proc reads a task, up to a thousand
 		// times a second) is not the pod's work, and measured in the pod's cgroup it took 3-5%
 		// of the sibling's share in sched-fair. Where the thread cannot leave (v2), it stays.
-		k.StartProbe(time.Millisecond, func() {
+		k.StartProbe(time.Millisecond, *probeBudget, func() {
 			if err := cgroupfair.LeaveWithThread(); err != nil && *cgroupPath != "" {
 				fmt.Fprintf(os.Stderr, "endo: probe stays in the pod's cgroup: %v\n", err)
 			}

@@ -35,14 +35,11 @@ type probe struct {
 	done chan struct{}
 }
 
-// probeBudget bounds the probe's cost: it waits at least this many times as long as a sample
-// took before the next one.
-const probeBudget = 50
-
-// StartProbe samples every interval (or less often, when samples are costly) until StopProbe.
-// onThread, if not nil, is called first on the probe's own OS thread, which it keeps (to move
-// the thread out of the pod's cgroup: cgroupfair.LeaveWithThread).
-func (k *Kernel) StartProbe(interval time.Duration, onThread func()) {
+// StartProbe samples every interval, or less often when samples are costly: it spends at most
+// 1/budget of a CPU (budget < 1: 1), until StopProbe. onThread, if not nil, is called first on
+// the probe's own OS thread, which it keeps (to move the thread out of the pod's cgroup:
+// cgroupfair.LeaveWithThread).
+func (k *Kernel) StartProbe(interval time.Duration, budget int, onThread func()) {
 	k.mu.Lock()
 	if k.probe != nil {
 		k.mu.Unlock()
@@ -75,12 +72,12 @@ func (k *Kernel) StartProbe(interval time.Duration, onThread func()) {
 			default:
 			}
 			n := k.runnableNow(files)
-			// A sample reads two /proc files a task, and waking this thread for it costs too:
-			// sampling every interval would keep a CPU busy in the sandbox's own cgroup, the
-			// very load being measured. The probe spends at most 1/probeBudget of a CPU (its
-			// thread's CPU time from one sample to the next: it runs nothing else).
+			// A sample reads two /proc files a task (1-2 ms for fifty tasks here), and waking
+			// this thread for it costs too: sampling every interval would keep a CPU busy, taken
+			// from the load being measured. The probe's own CPU time from one sample to the next
+			// (its thread runs nothing else) bounds its share.
 			now := threadCPU()
-			wait = max(interval, probeBudget*(now-last))
+			wait = max(interval, time.Duration(max(budget, 1))*(now-last))
 			last = now
 			pr.mu.Lock()
 			pr.res.Samples++
