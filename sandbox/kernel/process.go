@@ -10,6 +10,7 @@ import (
 	"github.com/endovisor/endo/crossing"
 	"github.com/endovisor/endo/memgrant"
 	"github.com/endovisor/endo/sandbox/kernel/vfs"
+	"github.com/endovisor/endo/sandbox/kernelet"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,6 +21,7 @@ type Process struct {
 	pid int
 
 	pdeathsig  atomic.Int32  // prctl PR_SET_PDEATHSIG: the signal it gets when its parent dies
+	ending     atomic.Bool   // killed, or its stub gone: every task is to end (wakeToEnd)
 	undumpable atomic.Bool   // prctl PR_SET_DUMPABLE 0 (dumpable again after execve)
 	noNewPrivs atomic.Bool   // prctl PR_SET_NO_NEW_PRIVS (kept across fork and execve)
 	signalfds  []*signalfd   // under mu: the signalfds it made, told of new pending signals
@@ -131,13 +133,27 @@ func (p *Process) watchStub() {
 		case <-p.done:
 			return
 		}
-		p.mu.Lock()
-		tasks := append([]*Task(nil), p.tasks...)
-		p.mu.Unlock()
-		for _, t := range tasks {
-			t.park.Wake()
-		}
+		p.wakeToEnd()
 	}()
+}
+
+// wakeToEnd wakes the tasks that wait in the kernel so that they end: each through the kernelet,
+// as a futex wake does, its carrier woken once it has a vCPU. A process of fifty waiting threads
+// that is killed must not make fifty host threads runnable at once.
+func (p *Process) wakeToEnd() {
+	p.ending.Store(true)
+	p.mu.Lock()
+	tasks := append([]*Task(nil), p.tasks...)
+	kts := make([]*kernelet.Task, len(tasks))
+	for i, t := range tasks {
+		kts[i] = t.kt // set under p.mu (Task.run)
+	}
+	p.mu.Unlock()
+	for i, t := range tasks {
+		if kts[i] == nil || kts[i].Wake() {
+			t.wakeWaits()
+		}
+	}
 }
 
 // installStdio gives the tenant fds 0, 1 and 2.
@@ -207,12 +223,7 @@ func (p *Process) terminate(st ExitStatus) {
 	p.setStatus(st)
 	p.stub.Kill()
 	// Tasks waiting in the kernel (a pipe read, a sleep) must see it too.
-	p.mu.Lock()
-	tasks := append([]*Task(nil), p.tasks...)
-	p.mu.Unlock()
-	for _, t := range tasks {
-		t.wakeWaits()
-	}
+	p.wakeToEnd()
 }
 
 // setStatus records how the process ended, unless a cause was recorded already.

@@ -131,7 +131,7 @@ func (t *Task) run() {
 	}
 	t.p.mu.Unlock()
 	t.kt.OnGiveWay = t.th.StopSpinning
-	t.kt.OnGrant = t.park.Wake
+	t.kt.OnGrant = t.granted
 	t.th.SpinWhile = &t.kt.SpareHeld
 	if t.p.k.lowWeight {
 		// Carriers weigh what the stubs they take turns with weigh (weight.go).
@@ -342,6 +342,16 @@ func (t *Task) exitGroup(st ExitStatus) {
 	if others {
 		t.p.stub.Kill()
 	}
+}
+
+// granted wakes the carrier of a task the kernelet has given a vCPU after a Wake: from its wake
+// word (a futex wait), or from any wait when its process is ending (wakeToEnd).
+func (t *Task) granted() {
+	if t.p.ending.Load() {
+		t.wakeWaits()
+		return
+	}
+	t.park.Wake()
 }
 
 // parkFresh parks a new thread's registers before its first run, with the fresh FPU state and
