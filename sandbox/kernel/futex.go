@@ -70,9 +70,7 @@ func (ft *futexTable) wakeLocked(key futexKey, n int, bitset uint32) int {
 		if woken < n && w.bitset&bitset != 0 {
 			w.woken.Store(true)
 			// Its carrier wakes once it has a vCPU: before, it would only queue itself.
-			if w.task.kt.Wake() {
-				w.task.park.Wake()
-			}
+			w.task.wakePlaced(w.task.kt)
 			woken++
 			continue
 		}

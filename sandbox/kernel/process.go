@@ -150,9 +150,7 @@ func (p *Process) wakeToEnd() {
 	}
 	p.mu.Unlock()
 	for i, t := range tasks {
-		if kts[i] == nil || kts[i].Wake() {
-			t.wakeWaits()
-		}
+		t.wakePlaced(kts[i])
 	}
 }
 

@@ -344,6 +344,15 @@ func (t *Task) exitGroup(st ExitStatus) {
 	}
 }
 
+// wakePlaced wakes a task that sleeps in the kernel without a vCPU, kt being its kernelet task
+// (nil: not yet made): the kernelet places it (Wake), and its carrier is woken now if it got a
+// vCPU, else when it is given one (granted).
+func (t *Task) wakePlaced(kt *kernelet.Task) {
+	if kt == nil || kt.Wake() {
+		t.granted()
+	}
+}
+
 // granted wakes the carrier of a task the kernelet has given a vCPU after a Wake: from its wake
 // word (a futex wait), or from any wait when its process is ending (wakeToEnd).
 func (t *Task) granted() {
