@@ -134,6 +134,11 @@ type Stub struct {
 	tids     [sysmsgMaxThreads]atomic.Int32
 	idleSeq  atomic.Uint64
 	idleAt   [sysmsgMaxThreads]atomic.Uint64 // when each runner last went idle (idleSeq)
+
+	// Where runners and the control thread were put (affinity.go): CPU+1, 0 for Anywhere.
+	runnerCPU  [sysmsgMaxThreads]atomic.Int32
+	controlTid int
+	controlCPU atomic.Int32
 }
 
 func (s *Stub) runnerU32(r, off int) *uint32 { return s.u32(sysmsgThreads + r*sysmsgBlock + off) }
@@ -327,6 +332,9 @@ func Spawn(grant *os.File, calls *Calls) (*Stub, *Thread, error) {
 	}
 	s.vdso = *s.u64(sysmsgInfo + infoVdso)
 	if s.reserved, err = readMaps(s.pid); err != nil {
+		return fail(err)
+	}
+	if s.controlTid, err = findControl(s.pid); err != nil {
 		return fail(err)
 	}
 	return s, t, nil
