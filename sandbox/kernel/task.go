@@ -48,11 +48,14 @@ type Task struct {
 	waiting     atomic.Bool  // in blocking(): it runs nothing until woken (job control)
 
 	spin spinState
+	home home // the host CPU its hand-offs sleep on (home.go)
 	// quiet: the task has just made another runnable (a fork, a new thread), whose carrier and
 	// stub thread need the host's CPUs to start: its next round trip spins on neither side.
 	quiet bool
-	park  park.Parker // the carrier sleeps here in kernel waits that others end directly
-	host  hostCreds   // the file system ids the carrier's thread holds (creds.go)
+	// calm: round trips since the task last waited in the kernel (blocking); capped.
+	calm int
+	park park.Parker // the carrier sleeps here in kernel waits that others end directly
+	host hostCreds   // the file system ids the carrier's thread holds (creds.go)
 	// parked: the task gave way at a preemption with its registers parked in the stub: the
 	// carrier only waits for its next trap, which some runner takes it to without the carrier.
 	parked bool
@@ -67,6 +70,9 @@ const (
 	spinMaxMicros  = 200
 	stubSpinMicros = 50
 	spinBackoff    = 64 // round trips without spinning after the window kept missing
+	// A task that waits in the kernel hands off to others, whose wake-ups need the CPUs: it
+	// spins only after this many round trips without a wait.
+	spinCalm = 16
 )
 
 type spinState struct {
@@ -81,7 +87,10 @@ func (t *Task) spins() (stub, sandbox uint64) {
 	if paused {
 		t.spin.pause--
 	}
-	still := paused || t.quiet
+	if t.calm < spinCalm {
+		t.calm++
+	}
+	still := paused || t.quiet || t.calm < spinCalm
 	t.quiet = false
 	if t.spare || !still {
 		t.spare = t.kt.SpinSpare(!still)
@@ -123,6 +132,8 @@ func (t *Task) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer t.dropCreds() // before the thread goes back to the runtime
+	t.home.cpu = crossing.Anywhere
+	defer t.float() // likewise
 	t.recordCarrier()
 	defer t.carrierDone()
 	t.p.mu.Lock() // others find the task's kt under p.mu (sys_sched.go)
@@ -176,9 +187,11 @@ func (t *Task) run() {
 			err = t.th.Wait()
 		} else {
 			t.kt.JoinRing() // among the turns of an open ring, as an equal
+			t.place(sandboxSpin > 0)
 			t.kt.InTenant.Store(true)
 			err = t.th.Resume(flags, stubSpin, sandboxSpin)
 		}
+		elapsed := crossing.Cycles() - c0
 		t.kt.InTenant.Store(false)
 		t.inTenant.Store(0)
 		if err != nil {
@@ -189,9 +202,10 @@ func (t *Task) run() {
 		// kernel code runs only on a vCPU.
 		t.kt.Acquire()
 		if sandboxSpin > 0 {
-			t.adapt(crossing.Cycles() - c0)
+			t.adapt(elapsed)
 		}
 		tr := t.th.Trap()
+		t.ran(elapsed, tr.Kind)
 		t.fast = tr.Kind == crossing.TrapCall
 		switch {
 		case t.esc != nil && t.endEscalation(tr):
@@ -326,6 +340,7 @@ func (t *Task) giveUpVCPUs() {
 // return when t.interrupt is poked (a signal came).
 func (t *Task) blocking(fn func()) {
 	t.giveUpVCPUs()
+	t.calm = 0
 	t.waiting.Store(true)
 	fn()
 	t.kt.Acquire() // to a vCPU, kicking a holder of lower rank

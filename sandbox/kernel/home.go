@@ -1,0 +1,130 @@
+package kernel
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/endovisor/endo/crossing"
+)
+
+// A task's home: the host CPU its hand-offs sleep on. A round trip of the crossing wakes the stub
+// thread and then the carrier (and the control thread when memory is mapped), and on a
+// paravirtualised host a wake-up onto another CPU costs far more than one on the waker's own
+// (MEASURED.md). So while a task's round trips sleep (no spare vCPU to spin on) and its tenant
+// code runs only briefly between calls, its carrier, its stub thread and, alone in its process,
+// the stub's control thread are put on one CPU. Tasks settle together, on the pod's gathering
+// CPU, where hand-offs between them (a pipe, a futex) stay on one CPU too; one that finds the
+// CPU crowded (waits for it) leaves, and next settles where Linux has put it.
+// Tenant code that runs long, a preemption or a spin floats them again: Linux must stay free to
+// spread a pod's busy threads over its CPUs, and a spinning side needs a CPU of its own.
+
+const (
+	settleAfter = 4    // brief round trips in a row before a task settles
+	briefMicros = 1000 // a round trip shorter than this is brief
+	// A settled task that has not waited in the kernel lately (it hands off to no one) looks
+	// every lookEvery round trips at how long its carrier waited for its CPU: more than
+	// 1/crowdedShare of the time, and another busy thread is there (two settled busy loops
+	// where the pod had a CPU free, or a neighbour): it floats, for unsettledTrips. Measured:
+	// two settled loops of sched_yield on one CPU wait 36-40% of the time; pipe ping-pong on one
+	// CPU, where the waker's going to sleep is what the wakee waits for, 25-30%.
+	lookEvery      = 32
+	crowdedShare   = 3
+	unsettledTrips = 2048
+)
+
+type home struct {
+	cpu   int  // the host CPU the task's threads are on; crossing.Anywhere while they float
+	brief int  // brief round trips in a row (negative: kept floating that many more)
+	own   bool // it was crowded out of the gathering CPU: it settles where it is
+	trips int  // round trips since the last look
+
+	stat          *os.File // the carrier's /proc/thread-self/schedstat, open while settled
+	since, waited int64    // at the last look: the time, the carrier's total wait for its CPU
+}
+
+// place puts the task's threads where its next round trip wants them, before it resumes tenant
+// code: floating if it spins, else at home once its calls have come briefly enough.
+func (t *Task) place(spinning bool) {
+	h := &t.home
+	switch {
+	case spinning:
+		t.float()
+	case h.cpu == crossing.Anywhere && h.brief >= settleAfter:
+		gather := int(t.p.k.gather.Load()) - 1
+		cpu := gather
+		if h.own || cpu < 0 {
+			cpu = crossing.CurrentCPU()
+		}
+		if cpu == crossing.Anywhere || crossing.PinThread(0, cpu) != nil {
+			// Not a CPU of the pod's (any more: an Update of its cpuset): gather anew.
+			t.p.k.gather.CompareAndSwap(int32(gather+1), 0)
+			h.brief = 0
+			break
+		}
+		if !h.own {
+			t.p.k.gather.Store(int32(cpu + 1))
+		}
+		h.cpu = cpu
+		h.trips = 0
+		h.since, h.waited = time.Now().UnixNano(), h.runDelay()
+	case h.cpu != crossing.Anywhere && h.trips >= lookEvery && t.calm >= spinCalm:
+		now, waited := time.Now().UnixNano(), h.runDelay()
+		if (waited-h.waited)*crowdedShare > now-h.since {
+			t.float()
+			h.brief = -unsettledTrips
+			h.own = true
+			break
+		}
+		h.trips = 0
+		h.since, h.waited = now, waited
+	}
+	t.th.Pin(h.cpu)
+}
+
+// runDelay is how long the carrier's thread has waited for a CPU in all, in nanoseconds, or 0 if
+// the host does not say.
+func (h *home) runDelay() int64 {
+	if h.stat == nil {
+		f, err := os.Open("/proc/thread-self/schedstat")
+		if err != nil {
+			return 0
+		}
+		h.stat = f
+	}
+	var buf [96]byte
+	n, _ := h.stat.ReadAt(buf[:], 0)
+	f := strings.Fields(string(buf[:n]))
+	if len(f) < 2 {
+		return 0
+	}
+	d, _ := strconv.ParseInt(f[1], 10, 64)
+	return d
+}
+
+// ran counts a round trip of elapsed cycles that ended in a trap of kind: a long one or a
+// preemption means busy tenant code, which floats.
+func (t *Task) ran(elapsed uint64, kind crossing.TrapKind) {
+	h := &t.home
+	if kind == crossing.TrapPreempt || elapsed > briefMicros*crossing.CyclesPerMicrosecond() {
+		h.brief = min(h.brief, 0)
+		t.float()
+		return
+	}
+	h.brief++
+	h.trips++
+}
+
+// float lets Linux place the carrier again; the stub's threads follow at the next place.
+func (t *Task) float() {
+	h := &t.home
+	if h.cpu != crossing.Anywhere {
+		crossing.PinThread(0, crossing.Anywhere)
+		h.cpu = crossing.Anywhere
+	}
+	if h.stat != nil {
+		h.stat.Close() // it is the carrier thread's: the thread may go back to the runtime
+		h.stat = nil
+	}
+}
