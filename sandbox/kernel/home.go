@@ -38,6 +38,7 @@ type home struct {
 	cpu   int  // the host CPU the task's threads are on; crossing.Anywhere while they float
 	brief int  // brief round trips in a row (negative: kept floating that many more)
 	own   bool // it was crowded out of the gathering CPU: it settles where it is
+	at    int  // the CPU it settles on first, plus one (its parent's: inherit); 0: none
 	trips int  // round trips since the last look
 
 	stat          *os.File // the carrier's /proc/thread-self/schedstat, open while settled
@@ -54,7 +55,9 @@ func (t *Task) place(spinning bool) {
 	case h.cpu == crossing.Anywhere && h.brief >= settleAfter:
 		gather := int(t.p.k.gather.Load()) - 1
 		cpu := gather
-		if h.own || cpu < 0 {
+		if h.at > 0 {
+			cpu, h.at = h.at-1, 0
+		} else if h.own || cpu < 0 {
 			cpu = crossing.CurrentCPU()
 		}
 		if cpu == crossing.Anywhere || crossing.PinThread(0, cpu) != nil {
@@ -81,6 +84,15 @@ func (t *Task) place(spinning bool) {
 		h.since, h.waited = now, waited
 	}
 	t.th.Pin(h.cpu)
+}
+
+// inherit makes a new task (a child, a thread) of parent's settle at once where parent is
+// settled: the two hand off to each other (a fork and a wait, an exec and an exit), and the new
+// one's first calls come before it could settle by itself.
+func (h *home) inherit(parent *home) {
+	if parent.cpu != crossing.Anywhere {
+		h.at, h.brief, h.own = parent.cpu+1, settleAfter, parent.own
+	}
 }
 
 // runDelay is how long the carrier's thread has waited for a CPU in all, in nanoseconds, or 0 if

@@ -100,6 +100,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 
 	ct := &Task{p: child, tid: pid, th: th, fsBase: t.fsBase, comm: t.name(), interrupt: make(chan struct{}, 1)}
 	ct.altstack = t.altstack
+	ct.home.inherit(&t.home)
 	ct.setMask(t.mask()) // a child starts with its parent's signal mask and scheduling
 	if t.kt != nil {
 		ct.kt = t.kt.Fork(ct)

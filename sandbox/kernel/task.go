@@ -72,7 +72,7 @@ const (
 	spinBackoff    = 64 // round trips without spinning after the window kept missing
 	// A task that waits in the kernel hands off to others, whose wake-ups need the CPUs: it
 	// spins only after this many round trips without a wait.
-	spinCalm = 16
+	spinCalm = 64
 )
 
 type spinState struct {
