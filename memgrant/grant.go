@@ -60,8 +60,8 @@ func (f Frame) Offset() uint64 { return uint64(f) << pageShift }
 type block struct {
 	refs [blockFrames]uint32
 	// viewed marks frames known to be populated in the sandbox's own view, so that big
-	// copies fault them in with one madvise only the first time. Cleared on free: the
-	// punch removes the sandbox's page table entries too.
+	// copies fault them in with one madvise only the first time. Cleared on free: a punch
+	// removes the sandbox's page table entries too.
 	viewed [blockFrames / 64]uint64
 }
 
@@ -85,6 +85,10 @@ type Grant struct {
 	blocks []*block // nil for a block with no allocated frame
 	bused  []uint16 // allocated frames per block; a block's record is dropped at 0
 	free   freeExtents
+	// Free frames kept in the host, zeroed by the sandbox instead of punched (warm.go).
+	warm    []uint64 // a bit a frame
+	warmN   uint32   // frames warm, or being zeroed to be
+	warmMax uint32
 }
 
 // NewGrant creates the memory file, sized to size rounded down to a whole frame, and maps
@@ -123,6 +127,8 @@ func NewGrant(size int64) (*Grant, error) {
 	}
 	g.free.init()
 	g.free.insert(0, n)
+	g.warm = make([]uint64, (n+63)/64)
+	g.warmMax = min(warmFrames, n/warmShare)
 	return g, nil
 }
 
@@ -209,6 +215,7 @@ func (g *Grant) Alloc(n int) ([]Run, error) {
 	runs := g.free.take(uint32(n))
 	for _, r := range runs {
 		g.markAllocated(r.First, r.Count)
+		g.warmTaken(r)
 	}
 	g.used += uint32(n)
 	return runs, nil
@@ -307,8 +314,8 @@ func (g *Grant) allocated(f Frame, n int) bool {
 }
 
 // unrefFrames drops one reference from each frame in fs (fs may be reordered). Frames
-// that reach zero are punched outside the lock, then returned to the free pool: a frame
-// is never allocatable before its hole is punched, so fresh frames always read as zero.
+// that reach zero are zeroed (warm) or punched outside the lock, then returned to the free
+// pool: a frame is never allocatable before that, so fresh frames always read as zero.
 func (g *Grant) unrefFrames(fs []Frame) {
 	if len(fs) == 0 {
 		return
@@ -332,15 +339,17 @@ func (g *Grant) unrefFrames(fs []Frame) {
 		return
 	}
 	runs := coalesce(freed)
+	var warm []bool
 	if !closed {
-		for _, r := range runs {
-			g.punch(r)
-		}
+		warm = g.cool(runs)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, r := range runs {
+	for i, r := range runs {
 		g.markFree(r.First, r.Count)
+		if warm != nil && warm[i] {
+			g.setWarm(r)
+		}
 		g.free.insert(uint32(r.First), uint32(r.Count))
 	}
 	g.used -= uint32(len(freed))

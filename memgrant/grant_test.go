@@ -207,3 +207,55 @@ func TestAllocRandomized(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 }
+
+// Small frees are zeroed and stay in the host (warm), up to the bound: past it the warm frames
+// still free are punched, and so is what does not fit. Every reallocated frame reads zero.
+func TestWarmFramesReadZeroAndStayBounded(t *testing.T) {
+	g := newGrant(t, 4<<20) // 1024 frames, 128 of them may be warm
+	fill := func(runs []Run) {
+		for _, f := range runFrames(runs) {
+			b := g.FrameBytes(f)
+			for i := range b {
+				b[i] = 0xA5
+			}
+		}
+	}
+	requireZero := func(runs []Run) {
+		t.Helper()
+		for _, f := range runFrames(runs) {
+			for i, c := range g.FrameBytes(f) {
+				if c != 0 {
+					t.Fatalf("frame %d byte %d = %#x after realloc, want 0", f, i, c)
+				}
+			}
+		}
+	}
+	const blocksPerFrame = PageSize / 512
+
+	a, err := g.Alloc(100)
+	require.NoError(t, err)
+	fill(a)
+	g.UnrefRuns(a)
+	require.Equal(t, int64(100*blocksPerFrame), fileBlocks(t, g), "a small free stays in the host")
+	b, err := g.Alloc(100)
+	require.NoError(t, err)
+	require.Equal(t, a, b, "the same frames come back")
+	requireZero(b)
+
+	// 100 warm; 50 more do not fit: the 100 go and the 50 take their place.
+	fill(b)
+	c, err := g.Alloc(50)
+	require.NoError(t, err)
+	fill(c)
+	g.UnrefRuns(b)
+	g.UnrefRuns(c)
+	require.Equal(t, int64(50*blocksPerFrame), fileBlocks(t, g), "past the bound the warm frames are punched")
+
+	// A free bigger than the bound is punched at once.
+	all, err := g.Alloc(g.Frames())
+	require.NoError(t, err)
+	requireZero(all)
+	fill(all)
+	g.UnrefRuns(all)
+	require.Zero(t, fileBlocks(t, g), "a big free goes back to the host")
+}
