@@ -16,18 +16,26 @@ import (
 // thread's runner and the control thread on the CPU its carrier sleeps on. Runners and the
 // control thread remember where they were put: asking again for the same costs one load.
 
-// Anywhere is the CPU of a thread Linux places as it likes, within what its cgroup allows.
+// Anywhere is the CPU of a thread Linux places as it likes, among the CPUs the sandbox was
+// started on (taskset, a cpuset), which startCPUs holds.
 const Anywhere = -1
 
-// PinThread puts host thread tid (0: the calling thread) on cpu, or on every CPU its cgroup allows
-// (Anywhere): Linux masks the set with the thread's cpuset, so it need not be known here.
-func PinThread(tid, cpu int) error {
+var startCPUs = func() unix.CPUSet {
 	var set unix.CPUSet
-	if cpu == Anywhere {
+	if unix.SchedGetaffinity(0, &set) != nil {
 		for i := range set {
 			set[i] = ^set[i]
 		}
-	} else {
+	}
+	return set
+}()
+
+// PinThread puts host thread tid (0: the calling thread) on cpu, or back on the CPUs the sandbox
+// started on (Anywhere).
+func PinThread(tid, cpu int) error {
+	set := startCPUs
+	if cpu != Anywhere {
+		set.Zero()
 		set.Set(cpu)
 	}
 	if err := unix.SchedSetaffinity(tid, &set); err != nil {
@@ -36,23 +44,27 @@ func PinThread(tid, cpu int) error {
 	return nil
 }
 
+// Where runners and the control thread were put is kept as placed(cpu); 0 is not known yet (a
+// new thread has the affinity of whichever thread made it).
+func placed(cpu int) int32 { return int32(cpu + 2) }
+
 // Pin puts the runner that holds the context on cpu (Anywhere: back where Linux likes), and the
 // stub's control thread with it while the context is its tenant's only thread (else the control
 // thread serves several, and goes Anywhere). A runner keeps its CPU when it takes up another
 // context, until that context's carrier pins it anew.
 func (t *Thread) Pin(cpu int) {
 	s := t.stub
-	if r := t.runner(); r >= 0 && s.runnerCPU[r].Load() != int32(cpu+1) {
+	if r := t.runner(); r >= 0 && s.runnerCPU[r].Load() != placed(cpu) {
 		if tid := s.runnerTid(r); tid != 0 && PinThread(tid, cpu) == nil {
-			s.runnerCPU[r].Store(int32(cpu + 1))
+			s.runnerCPU[r].Store(placed(cpu))
 		}
 	}
 	control := cpu
 	if atomic.LoadUint32(s.u32(sysmsgCmd+cmdSingle)) == 0 {
 		control = Anywhere
 	}
-	if s.controlTid != 0 && s.controlCPU.Load() != int32(control+1) && PinThread(s.controlTid, control) == nil {
-		s.controlCPU.Store(int32(control + 1))
+	if s.controlTid != 0 && s.controlCPU.Load() != placed(control) && PinThread(s.controlTid, control) == nil {
+		s.controlCPU.Store(placed(control))
 	}
 }
 

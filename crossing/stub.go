@@ -135,7 +135,7 @@ type Stub struct {
 	idleSeq  atomic.Uint64
 	idleAt   [sysmsgMaxThreads]atomic.Uint64 // when each runner last went idle (idleSeq)
 
-	// Where runners and the control thread were put (affinity.go): CPU+1, 0 for Anywhere.
+	// Where runners and the control thread were put (affinity.go: placed).
 	runnerCPU  [sysmsgMaxThreads]atomic.Int32
 	controlTid int
 	controlCPU atomic.Int32
