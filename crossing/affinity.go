@@ -30,6 +30,19 @@ var startCPUs = func() unix.CPUSet {
 	return set
 }()
 
+// StartCPUs lists the CPUs the sandbox started on. The slice is shared: do not change it.
+func StartCPUs() []int { return startList }
+
+var startList = func() []int {
+	var cpus []int
+	for cpu := 0; cpu < len(startCPUs)*64; cpu++ {
+		if startCPUs.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	return cpus
+}()
+
 // PinThread puts host thread tid (0: the calling thread) on cpu, or back on the CPUs the sandbox
 // started on (Anywhere).
 func PinThread(tid, cpu int) error {

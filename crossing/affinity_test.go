@@ -79,3 +79,14 @@ func TestPinPutsRunnerAndControlThread(t *testing.T) {
 	require.NoError(t, th.Resume(0, 0, 0))
 	require.Equal(t, uint64(unix.SYS_GETPID), th.Regs.Orig_rax)
 }
+
+// The CPUs tasks settle on are those the sandbox started on (taskset, a cpuset).
+func TestStartCPUsAreTheStartAffinity(t *testing.T) {
+	var set unix.CPUSet
+	for _, cpu := range StartCPUs() {
+		set.Set(cpu)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	require.Equal(t, affinityOf(t, 0), set)
+}

@@ -14,9 +14,11 @@ import (
 // paravirtualised host a wake-up onto another CPU costs far more than one on the waker's own
 // (MEASURED.md). So while a task's round trips sleep (no spare vCPU to spin on) and its tenant
 // code runs only briefly between calls, its carrier, its stub thread and, alone in its process,
-// the stub's control thread are put on one CPU. Tasks settle together, on the pod's gathering
-// CPU, where hand-offs between them (a pipe, a futex) stay on one CPU too; one that finds the
-// CPU crowded (waits for it) leaves, and next settles where Linux has put it.
+// the stub's control thread are put on one CPU. Tasks settle on the sandbox's CPUs in turn: two
+// that hand off to each other (a pipe, a futex) then go on each on its own CPU while the other
+// wakes (measured, a round trip: futex 27-42 us so, 68-82 with both on one CPU; pipe 83-101
+// against 99-102). A forked child settles where its parent is, which waits for it. One that
+// finds its CPU crowded (waits for it) leaves, and next settles where Linux has put it.
 // Tenant code that runs long, a preemption or a spin floats them again: Linux must stay free to
 // spread a pod's busy threads over its CPUs, and a spinning side needs a CPU of its own.
 
@@ -37,7 +39,7 @@ const (
 type home struct {
 	cpu   int  // the host CPU the task's threads are on; crossing.Anywhere while they float
 	brief int  // brief round trips in a row (negative: kept floating that many more)
-	own   bool // it was crowded out of the gathering CPU: it settles where it is
+	own   bool // it was crowded out of the CPU it had: it settles where it is
 	at    int  // the CPU it settles on first, plus one (its parent's: inherit); 0: none
 	trips int  // round trips since the last look
 
@@ -53,21 +55,18 @@ func (t *Task) place(spinning bool) {
 	case spinning:
 		t.float()
 	case h.cpu == crossing.Anywhere && h.brief >= settleAfter:
-		gather := int(t.p.k.gather.Load()) - 1
-		cpu := gather
-		if h.at > 0 {
+		var cpu int
+		switch {
+		case h.at > 0:
 			cpu, h.at = h.at-1, 0
-		} else if h.own || cpu < 0 {
+		case h.own:
 			cpu = crossing.CurrentCPU()
+		default:
+			cpu = t.p.k.nextHome()
 		}
 		if cpu == crossing.Anywhere || crossing.PinThread(0, cpu) != nil {
-			// Not a CPU of the pod's (any more: an Update of its cpuset): gather anew.
-			t.p.k.gather.CompareAndSwap(int32(gather+1), 0)
 			h.brief = 0
 			break
-		}
-		if !h.own {
-			t.p.k.gather.Store(int32(cpu + 1))
 		}
 		h.cpu = cpu
 		h.trips = 0
@@ -84,6 +83,15 @@ func (t *Task) place(spinning bool) {
 		h.since, h.waited = now, waited
 	}
 	t.th.Pin(h.cpu)
+}
+
+// nextHome is the CPU the next task to settle settles on: the sandbox's CPUs in turn.
+func (k *Kernel) nextHome() int {
+	cpus := crossing.StartCPUs()
+	if len(cpus) == 0 {
+		return crossing.Anywhere
+	}
+	return cpus[int(k.homes.Add(1)-1)%len(cpus)]
 }
 
 // inherit makes a new task (a child, a thread) of parent's settle at once where parent is

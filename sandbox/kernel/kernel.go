@@ -30,7 +30,7 @@ type Kernel struct {
 	auxv      hostAuxv
 	calls     *crossing.Calls // patched call sites; nil with Config.NoCallPatching
 	lowWeight bool            // the sandbox's threads run at a low host weight (weight.go)
-	gather    atomic.Int32    // the host CPU tasks settle on (home.go), plus one; 0: none yet
+	homes     atomic.Uint32   // tasks settled so far: the next one's CPU (home.go)
 	patched   atomic.Int64    // call sites patched so far
 	viaSite   atomic.Int64    // calls served from patched sites, added when their tasks end
 
