@@ -1012,7 +1012,7 @@ func (as *AddressSpace) Batch() (flush func() error) {
 		if !as.batching {
 			return nil
 		}
-		ops, frames := as.batchWithoutKept(), as.batchFrames
+		ops, frames := withoutReplaced(as.batchWithoutKept()), as.batchFrames
 		as.batching, as.batch, as.batchFrames, as.batchKept = false, nil, nil, nil
 		if as.released {
 			return errf(unix.EIO, "address space released")

@@ -56,3 +56,29 @@ func (op HostOp) String() string {
 type HostMapper interface {
 	Apply(ops []HostOp) error
 }
+
+// withoutReplaced drops the unmaps of ops that a later map of the same batch replaces whole
+// (OpMap replaces whatever was there), when no op in between touches their range: each host
+// call costs the host a TLB flush, and execve's batch unmapped most of what it mapped again.
+func withoutReplaced(ops []HostOp) []HostOp {
+	out := ops[:0:0]
+	for i, op := range ops {
+		if op.Kind != OpUnmap || !replacedLater(op, ops[i+1:]) {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// replacedLater reports whether the first op of later that touches u's range is a map that
+// covers it whole.
+func replacedLater(u HostOp, later []HostOp) bool {
+	end := u.Addr + u.Length
+	for _, op := range later {
+		if op.Addr >= end || op.Addr+op.Length <= u.Addr {
+			continue
+		}
+		return op.Kind == OpMap && op.Addr <= u.Addr && op.Addr+op.Length >= end
+	}
+	return false
+}
