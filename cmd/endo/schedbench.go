@@ -296,7 +296,8 @@ func schedFair(args []string) int {
 	rows := []fairRow{{name: "1 busy task", tasks: 1}, {name: "50 busy tasks", tasks: 50},
 		{name: "50 busy tasks + 10 ms lock holder", tasks: 50, lock: true},
 		{name: "Linux: 2 busy threads, no sandbox", tasks: 2, native: true},
-		{name: "Linux: 50 busy threads, no sandbox", tasks: 50, native: true}}
+		{name: "Linux: 50 busy threads, no sandbox", tasks: 50, native: true},
+		{name: "Linux: 50 + lock, no sandbox", tasks: 50, lock: true, native: true}}
 	results := make([][]fairRun, len(rows))
 	status := 0
 	// Runs interleave the rows, so that a change in the machine's load touches all of them.
@@ -362,7 +363,8 @@ func schedFair(args []string) int {
 		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line);\n"+
 		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n"+
 		"Linux rows: the same tenant run natively in the sandbox's cgroup, what Linux alone gives the sibling: with 2\n"+
-		"  threads the machine's own spread between equal cgroups, with 50 what a pod without a kernelet takes.\n", fairProbeBudget)
+		"  threads the machine's own spread between equal cgroups, with 50 what a pod without a kernelet takes, with\n"+
+		"  the lock the same for the lock row's tenant, whose threads sleep and wake often.\n", fairProbeBudget)
 	return status
 }
 
