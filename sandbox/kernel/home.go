@@ -71,7 +71,7 @@ func (t *Task) place(spinning bool) {
 		h.cpu = cpu
 		h.trips = 0
 		h.since, h.waited = time.Now().UnixNano(), h.runDelay()
-	case h.cpu != crossing.Anywhere && h.trips >= lookEvery && t.calm >= spinCalm:
+	case h.cpu != crossing.Anywhere && h.trips >= lookEvery && t.spin.calmed():
 		now, waited := time.Now().UnixNano(), h.runDelay()
 		if (waited-h.waited)*crowdedShare > now-h.since {
 			t.float()

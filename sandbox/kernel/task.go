@@ -52,10 +52,8 @@ type Task struct {
 	// quiet: the task has just made another runnable (a fork, a new thread), whose carrier and
 	// stub thread need the host's CPUs to start: its next round trip spins on neither side.
 	quiet bool
-	// calm: round trips since the task last waited in the kernel (blocking); capped.
-	calm int
-	park park.Parker // the carrier sleeps here in kernel waits that others end directly
-	host hostCreds   // the file system ids the carrier's thread holds (creds.go)
+	park  park.Parker // the carrier sleeps here in kernel waits that others end directly
+	host  hostCreds   // the file system ids the carrier's thread holds (creds.go)
 	// parked: the task gave way at a preemption with its registers parked in the stub: the
 	// carrier only waits for its next trap, which some runner takes it to without the carrier.
 	parked bool
@@ -79,7 +77,11 @@ type spinState struct {
 	window uint64 // cycles the carrier spins; 0 = sleep at once
 	misses int
 	pause  int
+	calm   int // round trips since the task last waited in the kernel (blocking), up to spinCalm
 }
+
+// calmed reports whether the task has made spinCalm round trips without a wait in the kernel.
+func (s *spinState) calmed() bool { return s.calm >= spinCalm }
 
 // spins decides this round trip's spin windows and borrows or returns the spare vCPU.
 func (t *Task) spins() (stub, sandbox uint64) {
@@ -87,10 +89,10 @@ func (t *Task) spins() (stub, sandbox uint64) {
 	if paused {
 		t.spin.pause--
 	}
-	if t.calm < spinCalm {
-		t.calm++
+	if !t.spin.calmed() {
+		t.spin.calm++
 	}
-	still := paused || t.quiet || t.calm < spinCalm
+	still := paused || t.quiet || !t.spin.calmed()
 	t.quiet = false
 	if t.spare || !still {
 		t.spare = t.kt.SpinSpare(!still)
@@ -118,7 +120,7 @@ func (t *Task) adapt(elapsed uint64) {
 	}
 	// The trap came after the carrier had gone to sleep: the spin bought nothing.
 	if t.spin.misses++; t.spin.misses >= 3 {
-		t.spin = spinState{pause: spinBackoff}
+		t.spin = spinState{pause: spinBackoff, calm: t.spin.calm}
 		if t.spare {
 			t.kt.ReturnSpare()
 			t.spare = false
@@ -340,7 +342,7 @@ func (t *Task) giveUpVCPUs() {
 // return when t.interrupt is poked (a signal came).
 func (t *Task) blocking(fn func()) {
 	t.giveUpVCPUs()
-	t.calm = 0
+	t.spin.calm = 0
 	t.waiting.Store(true)
 	fn()
 	t.kt.Acquire() // to a vCPU, kicking a holder of lower rank
