@@ -785,7 +785,10 @@ func (k *Kernelet) dispatch(v *VCPU) {
 
 // release lets go of v (k.mu held): it serves the next task, or goes if it is retiring.
 func (k *Kernelet) release(v *VCPU) []*Task {
-	v.holder, v.lent, v.borrower = nil, false, nil
+	// A vCPU taken from a ring is let go of by the member that trapped for it: whoever took it
+	// is served as any waiter is, or got another vCPU meanwhile (then nobody takes it any more,
+	// and marked taken it would never be free again).
+	v.holder, v.lent, v.borrower, v.taken = nil, false, nil, false
 	if !v.retiring {
 		k.dispatch(v)
 		return nil

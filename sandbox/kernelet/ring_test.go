@@ -282,3 +282,51 @@ func TestShrunkMemberEnds(t *testing.T) {
 	require.Same(t, v, within(t, got))
 	exitAll(t, k, x, y, z)
 }
+
+// A task that took a vCPU from the ring gets another one first (its member trapped and
+// blocked): when the member on the vCPU it took traps, that vCPU serves the ring again. It used
+// to stay marked as being taken, held by nobody and given to no one, until the ring was taken
+// back: the pod ran on a vCPU fewer meanwhile (a quarter of its CPU time lost beside 50 busy
+// threads and a contended lock).
+func TestTakenVCPUServesTheRingWhenItsTakerGotAnother(t *testing.T) {
+	k, now := clockedK(t, 2)
+	logRuns(k)
+	x, y, z, w := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3"), k.NewTask("a4")
+	x.Acquire()
+	y.Acquire()
+	x.InTenant.Store(true)
+	y.InTenant.Store(true)
+	parkBehind(t, k, now, x, z)
+	z.InTenant.Store(true)
+	var s *stubRing
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		s = newStubRing(held, parked)
+		return s, true
+	}))
+	require.Equal(t, []*Task{x}, s.queue)
+
+	// w wakes and takes a vCPU of the ring; before that vCPU's member traps, the member on the
+	// other one traps and blocks, and w gets its vCPU.
+	got := acquireAsync(t, k, w)
+	require.Len(t, s.shrunk, 1)
+	taken := s.shrunk[0]
+	other := k.vcpus[0]
+	if other == taken {
+		other = k.vcpus[1]
+	}
+	blocker, shrunk := s.on[other], s.on[taken]
+	require.Same(t, other, acquireNow(t, blocker))
+	blocker.Release()
+	require.Same(t, other, within(t, got))
+
+	// The shrunk member traps at last and gives its vCPU up: to the ring, with x.
+	require.Same(t, taken, acquireNow(t, shrunk))
+	require.True(t, shrunk.PreemptedPark(func() {}))
+	k.mu.Lock()
+	require.False(t, taken.taken, "nobody takes it any more")
+	require.True(t, taken.ring, "it went back to the ring")
+	k.mu.Unlock()
+	require.Same(t, x, s.on[taken], "the ring's parked member runs on it")
+	require.Equal(t, []*Task{shrunk}, s.queue, "the shrunk member waits in the stub's ring")
+	exitAll(t, k, x, y, z, w)
+}
