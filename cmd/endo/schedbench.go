@@ -258,6 +258,7 @@ func schedFair(args []string) int {
 	tenants := fs.String("tenants", "", "directory whose bin/ holds the static tenant programs (bin/schedbench)")
 	seconds := fs.Float64("seconds", 10, "length of each measured window")
 	runs := fs.Int("runs", 3, "runs per row")
+	only := fs.String("only", "", "run only the rows whose names contain this text (e.g. \"lock\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -298,6 +299,11 @@ func schedFair(args []string) int {
 		{name: "Linux: 2 busy threads, no sandbox", tasks: 2, native: true},
 		{name: "Linux: 50 busy threads, no sandbox", tasks: 50, native: true},
 		{name: "Linux: 50 + lock, no sandbox", tasks: 50, lock: true, native: true}}
+	rows = slices.DeleteFunc(rows, func(r fairRow) bool { return !strings.Contains(r.name, *only) })
+	if len(rows) == 0 {
+		fmt.Fprintf(os.Stderr, "endo sched-fair: no row's name contains %q\n", *only)
+		return 2
+	}
 	results := make([][]fairRun, len(rows))
 	status := 0
 	// Runs interleave the rows, so that a change in the machine's load touches all of them.
