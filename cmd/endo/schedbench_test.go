@@ -158,3 +158,21 @@ func TestSchedFairCleansUpOnInterrupt(t *testing.T) {
 	}
 	requireNoStubs(t)
 }
+
+// sched-perf's in-process kernelet rows take every sample they ask for: each wake is taken before
+// the next is made (a wake folded into the one before it used to leave the wakee waiting for
+// the last one, and the row hung until its time limit).
+func TestKerneletRowsTakeEverySample(t *testing.T) {
+	for name, row := range map[string]func(int) []time.Duration{
+		"yield": kerneletYieldRoundTrip, "wake": kerneletWakeSameVCPU, "kick": kerneletWakeKick,
+	} {
+		for range 3 {
+			d, ok := withTimeout(row, 300, 30*time.Second)
+			require.True(t, ok, "%s: no result in 30 s", name)
+			require.Len(t, d, 300, name)
+			for _, x := range d {
+				require.Positive(t, x, name)
+			}
+		}
+	}
+}

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/endovisor/endo/sandbox/kernelet"
+	"github.com/endovisor/endo/sandbox/kernelet/park"
 )
 
 // The kernelet's own costs, for sched-perf: goroutines stand for tasks (each locked to its OS
@@ -47,12 +54,15 @@ func kerneletYieldRoundTrip(n int) []time.Duration {
 }
 
 // kerneletWakeSameVCPU measures a blocked high-priority (FIFO) task woken by a lower (ordinary)
-// one that holds the only vCPU: from the wake (the waker's event, here the Acquire call's start
-// stands for it) until the woken task holds the vCPU. The waker gets the kick and gives way.
+// one that holds the only vCPU, as the kernel wakes a task from a futex wait: the waker's Wake
+// finds the vCPU held by a lower task and kicks it; here the holder is the waker itself, which
+// gives way (Preempted), and the vCPU's grant wakes the woken task's thread (OnGrant, a host
+// futex). A sample runs from just before Wake until the woken task's Acquire returns.
 func kerneletWakeSameVCPU(n int) []time.Duration { return kerneletWake(n, 1) }
 
-// kerneletWakeKick is the same with two vCPUs, the wakee pinned to the other vCPU, whose holder
-// runs lower-priority work: the wakee's vCPU is kicked, its holder gives way.
+// kerneletWakeKick is the same with two vCPUs: the wakee may run only on vCPU 1, whose holder
+// (lower, on a thread of its own) sleeps until the kick wakes it (the kernel's kick is a signal
+// that makes the holder's thread trap, then a futex wake of its carrier), then gives way.
 func kerneletWakeKick(n int) []time.Duration { return kerneletWake(n, 2) }
 
 func kerneletWake(n, vcpus int) []time.Duration {
@@ -60,13 +70,6 @@ func kerneletWake(n, vcpus int) []time.Duration {
 	if err != nil {
 		return nil
 	}
-	kicked := make(chan *kernelet.Task, 1)
-	k.OnKick(func(t *kernelet.Task) {
-		select {
-		case kicked <- t:
-		default:
-		}
-	})
 	pin := vcpus - 1 // the wakee's vCPU, held by the low-priority holder
 	low := k.NewTask("low")
 	low.SetAffinity(kernelet.CPUSetOf(pin), false)
@@ -74,59 +77,93 @@ func kerneletWake(n, vcpus int) []time.Duration {
 	hi.SetPolicy(kernelet.FIFO, 10, false)
 	hi.SetAffinity(kernelet.CPUSetOf(pin), false)
 
-	wake := make(chan time.Time)
-	ran := make(chan time.Duration)
+	// Each task's thread sleeps on a host futex of its own, as a carrier does.
+	var hiPark, lowPark park.Parker
+	var woken, kicked, stop atomic.Bool
+	hi.OnGrant = hiPark.Wake
+	k.OnKick(func(t *kernelet.Task) {
+		if t == low {
+			kicked.Store(true)
+			lowPark.Wake()
+		}
+	})
+	var t0 time.Time // written before woken is set, read after it is seen
+	var hiTid, served atomic.Int32
+	out := make([]time.Duration, 0, n)
+	done := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		for t0 := range wake {
+		defer close(done)
+		hi.Acquire() // once, so that it sleeps from now on as a task that has run
+		hi.Release()
+		hiTid.Store(int32(unix.Gettid()))
+		for range n {
+			hiPark.Until(woken.Load)
+			woken.Store(false)
 			hi.Acquire()
-			d := time.Since(t0)
+			out = append(out, time.Since(t0))
 			hi.Release()
-			ran <- d
+			served.Add(1)
 		}
 		hi.Exit()
-		close(ran)
 	}()
+	for hiTid.Load() == 0 {
+		runtime.Gosched()
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	low.Acquire()
 	waker := low
 	if vcpus > 1 {
-		// The waker runs on vCPU 0; the low holder of the wakee's vCPU is another task, which
-		// serves its kicks on its own goroutine.
+		// The waker runs on vCPU 0; the low holder of the wakee's vCPU serves its kicks.
 		waker = k.NewTask("waker")
 		waker.SetAffinity(kernelet.CPUSetOf(0), false)
-		waker.Acquire()
-		stop := make(chan struct{})
-		defer close(stop)
+		served := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
+			defer close(served)
+			low.Acquire()
 			for {
-				select {
-				case t := <-kicked:
-					t.Preempted()
-				case <-stop:
+				lowPark.Until(func() bool { return kicked.Load() || stop.Load() })
+				if stop.Load() {
 					low.Exit()
 					return
 				}
+				kicked.Store(false)
+				low.Preempted()
 			}
 		}()
+		defer func() {
+			stop.Store(true)
+			lowPark.Wake()
+			<-served
+		}()
 	}
-	out := make([]time.Duration, 0, n)
-	for i := 0; i < n; i++ {
-		wake <- time.Now()
-		if vcpus == 1 {
-			<-kicked // the waker itself holds the wakee's vCPU: it gives way
-			low.Preempted()
+	waker.Acquire()
+	for i := range n {
+		// The wakee must have taken the last wake and be asleep again before the next (the
+		// Linux row waits the same way).
+		for served.Load() != int32(i) || !threadSleeps(int(hiTid.Load())) {
 		}
-		out = append(out, <-ran)
+		t0 = time.Now()
+		woken.Store(true)
+		if hi.Wake() {
+			hiPark.Wake()
+		}
+		if vcpus == 1 && kicked.Swap(false) {
+			low.Preempted() // the waker holds the wakee's vCPU: it gives way
+		}
 	}
-	close(wake)
-	<-ran
-	if vcpus == 1 {
-		low.Exit()
-	} else {
-		waker.Exit()
-	}
+	<-done
+	waker.Exit()
 	return out
+}
+
+// threadSleeps reports whether a thread of this process sleeps in the host ('S' in its stat).
+func threadSleeps(tid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/stat", tid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'S'
 }
