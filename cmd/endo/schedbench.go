@@ -188,7 +188,11 @@ func schedPerf(args []string) int {
 		fmt.Printf("%-42s %-34s %-34s %7s\n", r.name, nat.cell(), endoCell, ratio)
 	}
 	fmt.Print(`
-Rows 1-3, Endo: kernelet tasks measured inside this process (no tenant code, no stub).
+Rows 1-3, Endo: kernelet tasks measured inside this process (no tenant code, no stub), each on
+  a thread of its own that sleeps on a host futex, as a carrier does. Rows 2-3: the wakee sleeps
+  as a task blocked in the kernel; the waker calls Wake, as the kernel's futex wake does, the
+  holder of the wakee's vCPU is kicked (row 3: its thread is woken from its futex) and gives way,
+  and the grant wakes the wakee's thread; from just before Wake until the wakee holds the vCPU.
 Row 1, Linux: two threads pinned to CPU 0; a sample is one sched_yield call (the other thread's
   turn and two switches); alt = the share of calls during which the other thread ran.
 Rows 2-3, Linux: a SCHED_FIFO thread sleeps in FUTEX_WAIT; a SCHED_OTHER thread on the same CPU
@@ -258,6 +262,7 @@ func schedFair(args []string) int {
 	tenants := fs.String("tenants", "", "directory whose bin/ holds the static tenant programs (bin/schedbench)")
 	seconds := fs.Float64("seconds", 10, "length of each measured window")
 	runs := fs.Int("runs", 3, "runs per row")
+	budget := fs.Int("probe-budget", fairProbeBudget, "the sandbox's probe spends at most 1/N of a CPU (more samples cost the sibling too)")
 	only := fs.String("only", "", "run only the rows whose names contain this text (e.g. \"lock\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -272,7 +277,7 @@ func schedFair(args []string) int {
 		return exitEndoError
 	}
 	cpus := runtime.NumCPU()
-	f := &fairBench{self: self, root: *tenants, seconds: *seconds, cpus: cpus,
+	f := &fairBench{self: self, root: *tenants, seconds: *seconds, cpus: cpus, probeBudget: *budget,
 		base: fmt.Sprintf("/endo-sched-fair-%d", os.Getpid())}
 
 	// Ctrl-C or a kill: end every process and remove both cgroups before going.
@@ -370,7 +375,7 @@ func schedFair(args []string) int {
 		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n"+
 		"Linux rows: the same tenant run natively in the sandbox's cgroup, what Linux alone gives the sibling: with 2\n"+
 		"  threads the machine's own spread between equal cgroups, with 50 what a pod without a kernelet takes, with\n"+
-		"  the lock the same for the lock row's tenant, whose threads sleep and wake often.\n", fairProbeBudget)
+		"  the lock the same for the lock row's tenant, whose threads sleep and wake often.\n", *budget)
 	return status
 }
 
@@ -380,11 +385,12 @@ func schedFair(args []string) int {
 const fairProbeBudget = 500
 
 type fairBench struct {
-	self, root string
-	seconds    float64
-	cpus       int
-	base       string
-	undo       cleanups
+	self, root  string
+	seconds     float64
+	probeBudget int
+	cpus        int
+	base        string
+	undo        cleanups
 }
 
 // setUp makes the parent of the two cgroups, with the highest weight, so that other work on a
@@ -442,7 +448,7 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 
 	// The sandbox first, so that its start does not compete with the sibling's loops.
 	const warmUp = time.Second
-	argv := []string{f.self, "run", "--cpus", strconv.Itoa(f.cpus), "--cgroup", sbxPath, "--probe", "--probe-budget", strconv.Itoa(fairProbeBudget), "--rootfs", f.root, "--",
+	argv := []string{f.self, "run", "--cpus", strconv.Itoa(f.cpus), "--cgroup", sbxPath, "--probe", "--probe-budget", strconv.Itoa(f.probeBudget), "--rootfs", f.root, "--",
 		"/bin/schedbench", "fair", strconv.Itoa(r.tasks), fmt.Sprintf("%g", f.seconds+60)}
 	if r.lock {
 		argv = append(argv, "lock")
