@@ -17,10 +17,11 @@
  *   schedbench pipewake N      a process on CPU 0 writes its clock into a pipe that a process on
  *                              CPU 1 sleeps reading: write call to reader running
  *   schedbench spin SECONDS    one busy loop for SECONDS (0: until killed)
- *   schedbench fair T SECONDS [lock]
+ *   schedbench fair T SECONDS [lock|procs]
  *                              T busy threads for SECONDS; with lock, also a thread that holds a
  *                              pthread mutex for 10 ms at a time and 4 threads that take the
- *                              same mutex between 1 ms bursts of work. Prints "fair ok T".
+ *                              same mutex between 1 ms bursts of work; with procs, the T threads
+ *                              are split between two processes. Prints "fair ok T".
  */
 #define _GNU_SOURCE
 #include <linux/futex.h>
@@ -390,9 +391,18 @@ static void *contender(void *arg)
 	return 0;
 }
 
-static void fair(int tasks, double seconds, int lock)
+static void fair(int tasks, double seconds, int lock, int procs)
 {
 	fair_end = now() + seconds * 1e9;
+	/* With procs, a child runs half of the threads; it says when they are up through a pipe. */
+	int up[2] = {-1, -1}, child = 0, total = tasks;
+	if (procs) {
+		if (pipe(up) != 0 || (child = fork()) < 0) {
+			fprintf(stderr, "schedbench: pipe or fork failed\n");
+			exit(1);
+		}
+		tasks = child == 0 ? tasks / 2 : tasks - tasks / 2;
+	}
 	int n = tasks + (lock ? 5 : 0);
 	pthread_t *t = calloc(n, sizeof *t);
 	for (int i = 0; i < n; i++) {
@@ -402,11 +412,33 @@ static void fair(int tasks, double seconds, int lock)
 			exit(1);
 		}
 	}
+	if (procs && child == 0) {
+		if (write(up[1], "u", 1) != 1)
+			exit(1);
+		for (int i = 0; i < n; i++)
+			pthread_join(t[i], 0);
+		exit(0);
+	}
+	if (procs) {
+		char c;
+		if (read(up[0], &c, 1) != 1) {
+			fprintf(stderr, "schedbench: the second process did not start its threads\n");
+			exit(1);
+		}
+		n = total + (lock ? 5 : 0);
+	}
 	/* To stderr, which sched-fair watches: its window starts once every thread is up. */
 	fprintf(stderr, "schedbench: fair: %d threads up\n", n);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n - (procs ? total / 2 : 0); i++)
 		pthread_join(t[i], 0);
-	printf("fair ok %d\n", tasks);
+	if (procs) {
+		int st;
+		if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			fprintf(stderr, "schedbench: the second process failed\n");
+			exit(1);
+		}
+	}
+	printf("fair ok %d\n", total);
 }
 
 int main(int argc, char **argv)
@@ -431,7 +463,8 @@ int main(int argc, char **argv)
 		fair_end = n > 0 ? now() + n * 1e9 : 1e300;
 		busy(0);
 	} else if (!strcmp(mode, "fair"))
-		fair(n, argc > 3 ? atof(argv[3]) : 10, argc > 4 && !strcmp(argv[4], "lock"));
+		fair(n, argc > 3 ? atof(argv[3]) : 10, argc > 4 && !strcmp(argv[4], "lock"),
+		     argc > 4 && !strcmp(argv[4], "procs"));
 	else {
 		fprintf(stderr, "schedbench: unknown mode %s\n", mode);
 		return 2;

@@ -215,6 +215,7 @@ type fairRow struct {
 	name   string
 	tasks  int
 	lock   bool
+	procs  bool // the busy threads are split between two processes
 	native bool // Linux's own figure: the tenant runs in the sandbox's cgroup without Endo
 }
 
@@ -301,6 +302,7 @@ func schedFair(args []string) int {
 
 	rows := []fairRow{{name: "1 busy task", tasks: 1}, {name: "50 busy tasks", tasks: 50},
 		{name: "50 busy tasks + 10 ms lock holder", tasks: 50, lock: true},
+		{name: "50 busy tasks in 2 processes", tasks: 50, procs: true},
 		{name: "Linux: 2 busy threads, no sandbox", tasks: 2, native: true},
 		{name: "Linux: 50 busy threads, no sandbox", tasks: 50, native: true},
 		{name: "Linux: 50 + lock, no sandbox", tasks: 50, lock: true, native: true}}
@@ -452,6 +454,9 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 		"/bin/schedbench", "fair", strconv.Itoa(r.tasks), fmt.Sprintf("%g", f.seconds+60)}
 	if r.lock {
 		argv = append(argv, "lock")
+	}
+	if r.procs {
+		argv = append(argv, "procs")
 	}
 	tenant := filepath.Join(f.root, "bin", "schedbench")
 	if r.native {
