@@ -415,6 +415,24 @@ func (t *Thread) Switch(to *Thread) bool {
 	return true
 }
 
+// WaitStopped waits, at most limit, until the context no longer runs tenant code on a runner: a
+// Switch's park was carried out, or it trapped, or its stub died. It reports whether it did.
+// A switch to another process's context waits so, lest both run at once on the one vCPU.
+func (t *Thread) WaitStopped(limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for i := 0; atomic.LoadUint32(t.state) == stateResume; i++ {
+		if i < 100 {
+			cpuRelax()
+			continue
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return true
+}
+
 // Kick makes the context stop in the sandbox soon with a preemption trap: at once if it runs,
 // as soon as it is resumed if it is stopped, and by a trap made here if it is parked.
 func (t *Thread) Kick() {

@@ -66,6 +66,25 @@ func TestProbeSeesAtMostNRunnable(t *testing.T) {
 	requireNoStubs(t)
 }
 
+// Fifty busy threads in two processes take turns by the kernelet's time slice, a process's
+// runner handing the vCPU to the other's: the one starts only once the other has stopped, so
+// that Linux sees no more than two of them runnable but in rare samples (a hand-off between host
+// threads is "wake the other, then sleep"). Before, the two ran at once for as long as the
+// stop signal took: a sample in eight saw three or four, and the pod took 1.3-1.5 CPUs from a
+// sibling cgroup of equal weight.
+func TestProbeTwoProcessesTakeTurns(t *testing.T) {
+	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
+	require.Equal(t, 0, got.code, got.stderr)
+	require.Contains(t, got.stdout, "fair ok 50")
+	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on 2 vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
+	require.NotNil(t, m, got.stderr)
+	over, _ := strconv.Atoi(m[2])
+	samples, _ := strconv.Atoi(m[3])
+	require.GreaterOrEqual(t, samples, 100, got.stderr)
+	require.LessOrEqual(t, float64(over), 0.03*float64(samples), got.stderr)
+	requireNoStubs(t)
+}
+
 // A nice 19 busy thread gets far less of a vCPU than a nice 0 one (Linux: ~1.5%).
 func TestNiceShares(t *testing.T) {
 	got := endoCPUs(t, "1", "/bin/sched", "nice", "1000")
