@@ -64,12 +64,16 @@ func (k *Kernel) StartProbe(interval time.Duration, budget int, onThread func())
 		wait := interval
 		last := threadCPU()
 		for {
-			ts := unix.NsecToTimespec(int64(wait))
-			unix.Nanosleep(&ts, nil)
-			select {
-			case <-pr.stop:
-				return
-			default:
+			// In steps, so that StopProbe does not wait out a long gap between costly samples
+			// (with a small budget, seconds: the sandbox would not end on time).
+			for left := wait; left > 0; left -= probeStep {
+				ts := unix.NsecToTimespec(int64(min(left, probeStep)))
+				unix.Nanosleep(&ts, nil)
+				select {
+				case <-pr.stop:
+					return
+				default:
+				}
 			}
 			n := k.runnableNow(files)
 			// A sample reads two /proc files a task (1-2 ms for fifty tasks here), and waking
@@ -89,6 +93,9 @@ func (k *Kernel) StartProbe(interval time.Duration, budget int, onThread func())
 		}
 	}()
 }
+
+// probeStep is the longest the probe sleeps before it looks whether it is to stop.
+const probeStep = 50 * time.Millisecond
 
 // StopProbe ends the sampling and returns what it saw.
 func (k *Kernel) StopProbe() ProbeResult {
