@@ -117,10 +117,10 @@ func kerneletWake(n, vcpus int) []time.Duration {
 		// The waker runs on vCPU 0; the low holder of the wakee's vCPU serves its kicks.
 		waker = k.NewTask("waker")
 		waker.SetAffinity(kernelet.CPUSetOf(0), false)
-		served := make(chan struct{})
+		lowDone := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
-			defer close(served)
+			defer close(lowDone)
 			low.Acquire()
 			for {
 				lowPark.Until(func() bool { return kicked.Load() || stop.Load() })
@@ -135,7 +135,7 @@ func kerneletWake(n, vcpus int) []time.Duration {
 		defer func() {
 			stop.Store(true)
 			lowPark.Wake()
-			<-served
+			<-lowDone
 		}()
 	}
 	waker.Acquire()

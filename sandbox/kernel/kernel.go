@@ -727,13 +727,13 @@ func (r *podRing) Shrink(v *kernelet.VCPU) {
 	}
 }
 
+// switchStopLimit bounds how long a switch between processes waits for the one to stop.
+const switchStopLimit = 100 * time.Millisecond
+
 // switchTo carries out a hand-over the kernelet made at a slice's end from a task in tenant code
 // to a parked one. Between threads of one process the runner switches registers itself and no
 // host thread is woken; otherwise the one is parked and an idle runner of the other's process
 // takes it.
-// switchStopLimit bounds how long a switch between processes waits for the one to stop.
-const switchStopLimit = 100 * time.Millisecond
-
 func switchTo(sw kernelet.Switch) {
 	from, ok1 := sw.From.Owner.(*Task)
 	to, ok2 := sw.To.Owner.(*Task)
@@ -749,8 +749,9 @@ func switchTo(sw kernelet.Switch) {
 	}
 	// The other process's runner starts only once this one has stopped: both running tenant
 	// code at once would be one more runnable thread than the pod has vCPUs, for as long as the
-	// signal takes (up to milliseconds on a busy host; 50 busy threads in two processes then
-	// took 1.26-1.52 CPUs where a sibling of equal weight was left 0.48-0.74).
+	// signal takes (up to milliseconds on a busy host: with 50 busy threads in two processes a
+	// sample in eight saw 3 or 4 runnable, and the pod took up to 1.26 CPUs where a sibling of
+	// equal weight had a fair share of 1).
 	if !from.th.WaitStopped(switchStopLimit) {
 		from.p.k.cfg.Log("pid %d tid %d: still runs %v after a switch's park order", from.p.pid, from.tid, switchStopLimit)
 	}
