@@ -419,17 +419,14 @@ static void fair(int tasks, double seconds, int lock, int procs)
 			pthread_join(t[i], 0);
 		exit(0);
 	}
-	if (procs) {
-		char c;
-		if (read(up[0], &c, 1) != 1) {
-			fprintf(stderr, "schedbench: the second process did not start its threads\n");
-			exit(1);
-		}
-		n = total + (lock ? 5 : 0);
+	char c;
+	if (procs && read(up[0], &c, 1) != 1) {
+		fprintf(stderr, "schedbench: the second process did not start its threads\n");
+		exit(1);
 	}
 	/* To stderr, which sched-fair watches: its window starts once every thread is up. */
-	fprintf(stderr, "schedbench: fair: %d threads up\n", n);
-	for (int i = 0; i < n - (procs ? total / 2 : 0); i++)
+	fprintf(stderr, "schedbench: fair: %d threads up\n", n + (procs ? total / 2 : 0));
+	for (int i = 0; i < n; i++)
 		pthread_join(t[i], 0);
 	if (procs) {
 		int st;
