@@ -362,21 +362,12 @@ func (t *Thread) Wait() error { return t.wait(0) }
 // context still on its way to being parked (a switch ordered, not yet done) is waited for.
 func (t *Thread) ResumeParked(stubSpin uint64) bool {
 	deadline := time.Now().Add(time.Second)
-	for {
-		switch atomic.LoadUint32(t.state) {
-		case stateParked:
-			if t.post(stateParked, 0, stubSpin) {
-				return true
-			}
-		case stateResume:
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(20 * time.Microsecond)
-		default:
-			return false
+	for t.WaitStopped(time.Until(deadline)) && atomic.LoadUint32(t.state) == stateParked {
+		if t.post(stateParked, 0, stubSpin) {
+			return true
 		}
 	}
+	return false
 }
 
 // runPark is the order to park the context and idle: any value that names no context.
@@ -417,7 +408,8 @@ func (t *Thread) Switch(to *Thread) bool {
 
 // WaitStopped waits, at most limit, until the context no longer runs tenant code on a runner: a
 // Switch's park was carried out, or it trapped, or its stub died. It reports whether it did.
-// A switch to another process's context waits so, lest both run at once on the one vCPU.
+// A switch to another process's context waits so, lest both run at once on the one vCPU; so
+// does ResumeParked, for a context still on its way to being parked.
 func (t *Thread) WaitStopped(limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for i := 0; atomic.LoadUint32(t.state) == stateResume; i++ {

@@ -70,8 +70,8 @@ func TestProbeSeesAtMostNRunnable(t *testing.T) {
 // runner handing the vCPU to the other's: the one starts only once the other has stopped, so
 // that Linux sees no more than two of them runnable but in rare samples (a hand-off between host
 // threads is "wake the other, then sleep"). Before, the two ran at once for as long as the
-// stop signal took: a sample in eight saw three or four, and the pod took 1.3-1.5 CPUs from a
-// sibling cgroup of equal weight.
+// stop signal took: a sample in eight saw three or four, and the pod took up to 1.26 CPUs
+// beside a sibling cgroup of equal weight (fair: 1).
 func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
 	require.Equal(t, 0, got.code, got.stderr)
