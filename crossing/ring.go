@@ -213,5 +213,12 @@ func (s *Stub) RingKick(r int) {
 func (t *Thread) Runner() int { return t.runner() }
 
 // Running reports whether the context runs tenant code on a runner (it is neither stopped in the
-// sandbox nor parked).
-func (t *Thread) Running() bool { return atomic.LoadUint32(t.state) == stateResume }
+// sandbox nor parked); a released stub's contexts do not.
+func (t *Thread) Running() bool {
+	release, ok := t.stub.hold()
+	if !ok {
+		return false
+	}
+	defer release()
+	return atomic.LoadUint32(t.state) == stateResume
+}

@@ -67,3 +67,29 @@ func TestTidAfterRelease(t *testing.T) {
 	s.Release()
 	require.Zero(t, a.Tid())
 }
+
+// The preemption ticker switches and resumes contexts of any stub, also while it is released
+// (a process ending on SIGTERM): once the sysmsg mapping is gone they must not read it. Before
+// they held it, a switch at the end of a sched-fair run faulted in WaitStopped ("fatal error:
+// fault", endo's exit status 2).
+func TestSwitchAfterRelease(t *testing.T) {
+	s, a := startTenant(t, []byte{0xeb, 0xfe}) // jmp .
+	require.True(t, a.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	require.True(t, a.Running())
+	s.Release()
+	require.False(t, a.Running(), "a released stub's context runs nothing")
+	require.False(t, a.Switch(nil), "a released stub's context is on no runner")
+	require.False(t, a.ResumeParked(0), "a released stub's context cannot be resumed")
+	require.True(t, a.WaitStopped(time.Minute), "a released stub's context counts as stopped")
+}
+
+// A switch that waits for a context to stop while its stub is killed and released sees it stop
+// (the stub died), and the release waits for it before unmapping.
+func TestWaitStoppedAcrossRelease(t *testing.T) {
+	s, a := startTenant(t, []byte{0xeb, 0xfe}) // jmp .
+	require.True(t, a.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	stopped := make(chan bool)
+	go func() { stopped <- a.WaitStopped(time.Hour) }()
+	s.Release()
+	require.True(t, <-stopped, "the waiter saw the dead stub's context as stopped, not its limit")
+}

@@ -126,7 +126,11 @@ type Stub struct {
 
 	mu      sync.Mutex
 	threads [sysmsgMaxThreads]*Thread
-	killed  atomic.Bool // Kill was called: the stub is going, it must not be reused
+	// live is held for reading by whoever reads the sysmsg mapping for a context it does not
+	// carry and may wait there (the preemption ticker's switches, the resume of a parked
+	// context by another task's goroutine, which post takes mu for); Release takes it to unmap.
+	live   sync.RWMutex
+	killed atomic.Bool // Kill was called: the stub is going, it must not be reused
 
 	// Runners are the stub's host threads that run tenant contexts: runner i lives in block i.
 	// They are made as contexts need them and last as long as the stub.
@@ -444,6 +448,8 @@ func (s *Stub) Release() {
 	}
 	s.Kill()
 	<-s.exited
+	s.live.Lock()
+	defer s.live.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sysmsg != nil {
@@ -453,6 +459,18 @@ func (s *Stub) Release() {
 			s.threads[i] = nil
 		}
 	}
+}
+
+// hold keeps the sysmsg mapping until the returned function is called; ok is false (nothing is
+// held) once the stub is released. Holders must not hold it twice: a Release waiting for it
+// would keep the second from coming.
+func (s *Stub) hold() (release func(), ok bool) {
+	s.live.RLock()
+	if s.sysmsg == nil {
+		s.live.RUnlock()
+		return nil, false
+	}
+	return s.live.RUnlock, true
 }
 
 // WaitStatus is how the stub process ended; valid once Exited is closed.

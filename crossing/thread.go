@@ -360,9 +360,17 @@ func (t *Thread) Wait() error { return t.wait(0) }
 // ResumeParked runs a parked context on an idle runner. It reports false, leaving the context to
 // its carrier, if the context trapped instead (a system call raced its parking, or a kick); a
 // context still on its way to being parked (a switch ordered, not yet done) is waited for.
+//
+// Its caller need not be the context's carrier: it stays off the sysmsg mapping once the stub is
+// released (Switch and WaitStopped likewise).
 func (t *Thread) ResumeParked(stubSpin uint64) bool {
+	release, ok := t.stub.hold()
+	if !ok {
+		return false
+	}
+	defer release()
 	deadline := time.Now().Add(time.Second)
-	for t.WaitStopped(time.Until(deadline)) && atomic.LoadUint32(t.state) == stateParked {
+	for t.waitStopped(time.Until(deadline)) && atomic.LoadUint32(t.state) == stateParked {
 		if t.post(stateParked, 0, stubSpin) {
 			return true
 		}
@@ -386,6 +394,11 @@ func (t *Thread) Switch(to *Thread) bool {
 		}
 		order = uint32(to.index)
 	}
+	release, ok := s.hold()
+	if !ok {
+		return false
+	}
+	defer release()
 	r := t.runner()
 	if r < 0 {
 		return false
@@ -410,12 +423,29 @@ func (t *Thread) Switch(to *Thread) bool {
 // Switch's park was carried out, or it trapped, or its stub died. It reports whether it did.
 // A switch to another process's context waits so, lest both run at once on the one vCPU; so
 // does ResumeParked, for a context still on its way to being parked.
+// A released stub's contexts count as stopped.
 func (t *Thread) WaitStopped(limit time.Duration) bool {
+	release, ok := t.stub.hold()
+	if !ok {
+		return true
+	}
+	defer release()
+	return t.waitStopped(limit)
+}
+
+// waitStopped is WaitStopped with the mapping held. A stub that died leaves its contexts' state
+// as it was: that counts as stopped too, lest a Release wait out the limit.
+func (t *Thread) waitStopped(limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for i := 0; atomic.LoadUint32(t.state) == stateResume; i++ {
 		if i < 100 {
 			cpuRelax()
 			continue
+		}
+		select {
+		case <-t.stub.exited:
+			return true
+		default:
 		}
 		if time.Now().After(deadline) {
 			return false
