@@ -142,6 +142,7 @@ type VCPU struct {
 	retiring bool    // beyond N: it goes when it is released
 	ring     bool    // attached to the ring: its runner takes turns among the members (holder nil)
 	taken    bool    // being taken from the ring for the task queued on it
+	takenAt  int64   // when it was last asked of the ring's runner (Shrink)
 }
 
 // Task is a tenant task's place in the kernelet. Its fields are guarded by the kernelet's lock;
@@ -1025,6 +1026,7 @@ func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 	for _, v := range k.vcpus {
 		h := v.holder
 		if h == nil {
+			k.askAgain(v, now)
 			continue
 		}
 		if v.retiring || !h.allowed(v) {

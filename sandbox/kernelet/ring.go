@@ -23,6 +23,9 @@ import (
 type RingStats struct {
 	Opened, Closed int
 	Open           time.Duration
+	// AskedAgain counts the vCPUs taken from a ring whose runner's member had not trapped a
+	// slice after it was asked to (Shrink), and was asked again.
+	AskedAgain int
 }
 
 // RingStats returns the rings' statistics so far.
@@ -202,12 +205,25 @@ func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, park
 	}
 	v = r.vcpus[len(r.vcpus)-1]
 	r.vcpus = r.vcpus[:len(r.vcpus)-1]
-	v.ring, v.taken = false, true
+	v.ring, v.taken, v.takenAt = false, true, k.now()
 	r.ops.Shrink(v)
 	k.comeBack(t)
 	t.fresh = false
 	k.enqueue(v, t)
 	return nil, true, false, true
+}
+
+// askAgain asks the ring's runner for taken vCPU v once more if its member has not trapped for it
+// within a slice (k.mu held; Overdue, on the ticker, which runs while the taker waits). The one
+// signal a Shrink sends is all that hands v over: were it lost, the taker would wait until the
+// ring's members all trap on their own (seen once: a task woken from a pipe read waited 70 s,
+// until 25 busy members ended).
+func (k *Kernelet) askAgain(v *VCPU, now int64) {
+	if r := k.ring; r != nil && v.taken && v.holder == nil && now-v.takenAt >= int64(Slice) {
+		v.takenAt = now
+		k.rings.AskedAgain++
+		r.ops.Shrink(v)
+	}
 }
 
 // JoinRing puts the task, about to run tenant code on its vCPU, back among the turns of the open

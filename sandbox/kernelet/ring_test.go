@@ -330,3 +330,44 @@ func TestTakenVCPUServesTheRingWhenItsTakerGotAnother(t *testing.T) {
 	require.Equal(t, []*Task{shrunk}, s.queue, "the shrunk member waits in the stub's ring")
 	exitAll(t, k, x, y, z, w)
 }
+
+// A task that takes a vCPU from the ring waits for the member on that vCPU's runner to trap. The
+// one signal the Shrink sent may not make it trap (here it never comes): the ticker asks the
+// runner again once a slice has gone by, and the member's trap then hands the vCPU over.
+func TestTakenVCPUIsAskedForAgain(t *testing.T) {
+	k, now := clockedK(t, 1)
+	logRuns(k)
+	x, y, z, w := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3"), k.NewTask("a4")
+	v, a := allParkedButOne(t, k, now, x, y, z)
+	var s *stubRing
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		s = newStubRing(held, parked)
+		return s, true
+	}))
+	got := acquireAsync(t, k, w)
+	waitFor(t, func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return len(s.shrunk) == 1
+	})
+	_, _, waiting := k.Overdue()
+	require.True(t, waiting, "w waits: the ticker runs")
+	k.mu.Lock()
+	require.Len(t, s.shrunk, 1, "within a slice nobody is asked again")
+	k.mu.Unlock()
+
+	now.Add(int64(Slice))
+	k.Overdue()
+	k.mu.Lock()
+	require.Equal(t, []*VCPU{v, v}, s.shrunk, "a slice later, v's runner is asked again")
+	require.Equal(t, 1, k.rings.AskedAgain)
+	k.mu.Unlock()
+
+	require.Same(t, v, acquireNow(t, a), "a traps at last")
+	require.True(t, a.PreemptedPark(func() {}))
+	require.Same(t, v, within(t, got))
+	now.Add(int64(Slice))
+	k.Overdue()
+	require.Len(t, s.shrunk, 2, "nobody is asked for a vCPU held")
+	exitAll(t, k, x, y, z, w)
+}
