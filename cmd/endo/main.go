@@ -204,8 +204,10 @@ func run(args []string) int {
 		sites, calls := k.PatchedCalls()
 		fmt.Fprintf(os.Stderr, "endo: call sites patched: %d; calls through them: %d\n", sites, calls)
 		rs := k.Rings()
-		fmt.Fprintf(os.Stderr, "endo: rings of equal tasks: opened %d times, taken back %d times, open %.3f s in all\n",
-			rs.Opened, rs.Closed, rs.Open.Seconds())
+		fmt.Fprintf(os.Stderr, "endo: rings of equal tasks: opened %d times, taken back %d times, open %.3f s in all; vCPUs asked of a ring again %d times\n",
+			rs.Opened, rs.Closed, rs.Open.Seconds(), rs.AskedAgain)
+		within, between := k.Switches()
+		fmt.Fprintf(os.Stderr, "endo: slice-end switches: %d within a process, %d between processes\n", within, between)
 	}
 	return st.WaitStatus()
 }

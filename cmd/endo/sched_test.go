@@ -73,7 +73,7 @@ func TestProbeSeesAtMostNRunnable(t *testing.T) {
 // stop signal took: a sample in eight saw three or four, and the pod took up to 1.26 CPUs
 // beside a sibling cgroup of equal weight (fair: 1).
 func TestProbeTwoProcessesTakeTurns(t *testing.T) {
-	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
+	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--report", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
 	require.Equal(t, 0, got.code, got.stderr)
 	require.Contains(t, got.stdout, "fair ok 50")
 	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on 2 vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
@@ -82,6 +82,11 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	samples, _ := strconv.Atoi(m[3])
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
 	require.LessOrEqual(t, float64(over), 0.03*float64(samples), got.stderr)
+	// --report counts the slice-end switches: the vCPUs went from process to process.
+	sw := regexp.MustCompile(`slice-end switches: (\d+) within a process, (\d+) between processes`).FindStringSubmatch(got.stderr)
+	require.NotNil(t, sw, got.stderr)
+	between, _ := strconv.Atoi(sw[2])
+	require.Greater(t, between, 0, got.stderr)
 	requireNoStubs(t)
 }
 

@@ -33,6 +33,9 @@ type Kernel struct {
 	homes     atomic.Uint32   // tasks settled so far: the next one's CPU (home.go)
 	patched   atomic.Int64    // call sites patched so far
 	viaSite   atomic.Int64    // calls served from patched sites, added when their tasks end
+	// Slice-end switches carried out (switchTo): on one runner within a process, and from one
+	// process's runner to another's, which wakes a host thread and puts another to sleep.
+	switchesWithin, switchesBetween atomic.Int64
 
 	mu         sync.Mutex
 	procs      map[int]*Process
@@ -172,6 +175,12 @@ func (k *Kernel) Faults() (reads, writes uint64) {
 
 // Rings returns how the kernelet's rings went (the runners taking turns without the sandbox).
 func (k *Kernel) Rings() kernelet.RingStats { return k.sched.RingStats() }
+
+// Switches returns how many slice-end switches there were from a task in tenant code to a parked
+// one of the same process (the runner switched registers) and of another process.
+func (k *Kernel) Switches() (within, between int64) {
+	return k.switchesWithin.Load(), k.switchesBetween.Load()
+}
 
 // PatchedCalls returns how many call sites of tenant code were patched, and how many calls of
 // tasks that have ended came through patched sites.
@@ -741,9 +750,12 @@ func switchTo(sw kernelet.Switch) {
 		return
 	}
 	sw.To.InTenant.Store(true)
+	k := from.p.k
 	if from.p.stub == to.p.stub && from.th.Switch(to.th) {
+		k.switchesWithin.Add(1)
 		return
 	}
+	k.switchesBetween.Add(1)
 	if !from.th.Switch(nil) {
 		from.preempt() // it trapped meanwhile: its carrier finds it holds no vCPU
 	}
@@ -753,7 +765,7 @@ func switchTo(sw kernelet.Switch) {
 	// sample in eight saw 3 or 4 runnable, and the pod took up to 1.26 CPUs where a sibling of
 	// equal weight had a fair share of 1).
 	if !from.th.WaitStopped(switchStopLimit) {
-		from.p.k.cfg.Log("pid %d tid %d: still runs %v after a switch's park order", from.p.pid, from.tid, switchStopLimit)
+		k.cfg.Log("pid %d tid %d: still runs %v after a switch's park order", from.p.pid, from.tid, switchStopLimit)
 	}
 	to.th.ResumeParked(0)
 }
