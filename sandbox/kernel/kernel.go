@@ -563,8 +563,10 @@ func (k *Kernel) wantPreempt() {
 // longer use. The trap makes it call Preempted, which gives the vCPU to the best waiting task.
 // The waiting check and the clearing of k.preempting are both under k.mu, and a task queues
 // before it calls wantPreempt, so no waiter is left without the ticker.
+//
+// The ticker runs at the sandbox's own low weight, not the carriers' (weight.go): it wakes every
+// half slice, and at nice 0 each wake-up counted on the pod's side as a runnable thread more.
 func (k *Kernel) preemptLoop() {
-	defer k.atCarrierWeight()()
 	next := time.Now()
 	for {
 		// A raw sleep: a Go timer would wake the runtime's own threads at every tick too.

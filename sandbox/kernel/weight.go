@@ -17,6 +17,14 @@ import (
 // (weight 15 against 1024). Stub threads run at nice 0 (the stub sets it), and so do carriers,
 // which take turns with their stubs: lower, a carrier woken to take a free vCPU would wait
 // behind the pod's running threads for its little share (a pipe round trip took 27x native).
+//
+// A thread that is runnable often but briefly weighs more than its CPU time: Linux sizes a
+// cgroup's weight on each CPU from the larger of its runnable threads' weights there and their
+// load average, so every short wake-up at nice 0 lifts the pod's share for a moment (seen in
+// /sys/kernel/debug/sched/debug beside 50 busy threads in two processes: the pod's per-CPU
+// weights summed to 1.05-1.12 times its own). The time slice's ticker, which wakes every 5 ms,
+// runs at nice 19 for that: the sibling's share went from 0.84-0.99 (mean 0.89, six runs) to
+// 0.90-1.02 (mean 0.96), with slices about a tenth longer on busy vCPUs, as it runs late.
 
 const (
 	niceCarrier = 0  // a task's carrier, like its stub thread
@@ -33,8 +41,8 @@ const (
 func sizeRuntime(n int) { runtime.GOMAXPROCS(max(n, 2)) }
 
 // atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until
-// the returned function is called: for the sandbox's own clocks that tasks wait on (the time
-// slice's ticker, the probe), which at nice 19 would run late whenever the pod's vCPUs are busy.
+// the returned function is called: for the sandbox's own clock that tasks wait on (the probe),
+// which at nice 19 would run late whenever the pod's vCPUs are busy.
 func (k *Kernel) atCarrierWeight() (done func()) {
 	runtime.LockOSThread()
 	if k.lowWeight {
