@@ -224,6 +224,8 @@ type fairRun struct {
 	sibling, sandbox float64 // processors used over the window
 	mostRunnable     int     // from the sandbox's probe
 	stolenMs         float64 // the sandbox carriers' stolen time, whole run
+	askedAgain       int     // vCPUs asked of a ring again: its runner's member had not trapped
+	between          int     // slice-end switches from one process to another
 	startS           float64 // from the sandbox's start until every tenant thread was up
 }
 
@@ -322,7 +324,7 @@ func schedFair(args []string) int {
 				status = 1
 				continue
 			}
-			probe := fmt.Sprintf(", probe %d", res.mostRunnable)
+			probe := fmt.Sprintf(", probe %d, switches between processes %d, ring vCPUs asked again %d", res.mostRunnable, res.between, res.askedAgain)
 			if r.native {
 				probe = ""
 			}
@@ -452,7 +454,7 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 
 	// The sandbox first, so that its start does not compete with the sibling's loops.
 	const warmUp = time.Second
-	argv := []string{f.self, "run", "--cpus", strconv.Itoa(f.cpus), "--cgroup", sbxPath, "--probe", "--probe-budget", strconv.Itoa(f.probeBudget), "--rootfs", f.root, "--",
+	argv := []string{f.self, "run", "--cpus", strconv.Itoa(f.cpus), "--cgroup", sbxPath, "--probe", "--report", "--probe-budget", strconv.Itoa(f.probeBudget), "--rootfs", f.root, "--",
 		"/bin/schedbench", "fair", strconv.Itoa(r.tasks), fmt.Sprintf("%g", f.seconds+60)}
 	if r.lock {
 		argv = append(argv, "lock")
@@ -553,6 +555,12 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	}
 	res.mostRunnable, _ = strconv.Atoi(m[1])
 	res.stolenMs, _ = strconv.ParseFloat(m[2], 64)
+	if m := askedLine.FindStringSubmatch(endo.stderr.String()); m != nil {
+		res.askedAgain, _ = strconv.Atoi(m[1])
+	}
+	if m := switchesLine.FindStringSubmatch(endo.stderr.String()); m != nil {
+		res.between, _ = strconv.Atoi(m[1])
+	}
 	return res, nil
 }
 
@@ -635,6 +643,12 @@ func waitForPid(pod *cgroupfair.Pod, pid int, limit time.Duration) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// From endo run --report.
+var (
+	askedLine    = regexp.MustCompile(`vCPUs asked of a ring again (\d+) times`)
+	switchesLine = regexp.MustCompile(`slice-end switches: \d+ within a process, (\d+) between processes`)
+)
 
 var probeLine = regexp.MustCompile(`probe: at most (\d+) tasks runnable.*stolen time ([0-9.]+) ms`)
 
