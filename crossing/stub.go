@@ -128,7 +128,8 @@ type Stub struct {
 	threads [sysmsgMaxThreads]*Thread
 	// live is held for reading by whoever reads the sysmsg mapping for a context it does not
 	// carry and may wait there (the preemption ticker's switches, the resume of a parked
-	// context by another task's goroutine, which post takes mu for); Release takes it to unmap.
+	// context by another task's goroutine); they cannot hold mu instead, which post takes.
+	// Release takes it to unmap.
 	live   sync.RWMutex
 	killed atomic.Bool // Kill was called: the stub is going, it must not be reused
 

@@ -216,8 +216,9 @@ func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, park
 // askAgain asks the ring's runner for taken vCPU v once more if its member has not trapped for it
 // within a slice (k.mu held; Overdue, on the ticker, which runs while the taker waits). The one
 // signal a Shrink sends is all that hands v over: were it lost, the taker would wait until the
-// ring's members all trap on their own (seen once: a task woken from a pipe read waited 70 s,
-// until 25 busy members ended).
+// ring was taken back for another reason, which beside busy members may be their end. In the
+// lock row of sched-fair a vCPU is asked for again 1-4 times a run (a member that traps late, or
+// a signal lost: not known yet).
 func (k *Kernelet) askAgain(v *VCPU, now int64) {
 	if r := k.ring; r != nil && v.taken && v.holder == nil && now-v.takenAt >= int64(Slice) {
 		v.takenAt = now
