@@ -23,8 +23,8 @@ import (
 type RingStats struct {
 	Opened, Closed int
 	Open           time.Duration
-	// AskedAgain counts the vCPUs taken from a ring whose runner's member had not trapped a
-	// slice after it was asked to (Shrink), and was asked again.
+	// AskedAgain counts the vCPUs taken from a ring whose runner's member had not trapped
+	// askAgainAfter after it was asked to (Shrink), and was asked again.
 	AskedAgain int
 }
 
@@ -214,18 +214,22 @@ func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, park
 }
 
 // askAgain asks the ring's runner for taken vCPU v once more if its member has not trapped for it
-// within a slice (k.mu held; Overdue, on the ticker, which runs while the taker waits). The one
-// signal a Shrink sends is all that hands v over: were it lost, the taker would wait until the
-// ring was taken back for another reason, which beside busy members may be their end. In the
-// lock row of sched-fair a vCPU is asked for again 1-4 times a run (a member that traps late, or
-// a signal lost: not known yet).
+// within askAgainAfter (k.mu held; Overdue, on the ticker, which runs while the taker waits).
+// The one signal a Shrink sends is all that hands v over: were it lost, the taker would wait
+// until the ring was taken back for another reason, which beside busy members may be their end.
 func (k *Kernelet) askAgain(v *VCPU, now int64) {
-	if r := k.ring; r != nil && v.taken && v.holder == nil && now-v.takenAt >= int64(Slice) {
+	if r := k.ring; r != nil && v.taken && v.holder == nil && now-v.takenAt >= int64(askAgainAfter) {
 		v.takenAt = now
 		k.rings.AskedAgain++
 		r.ops.Shrink(v)
 	}
 }
+
+// askAgainAfter is how long a vCPU taken from a ring may wait for its member's trap. Beside a busy
+// sibling cgroup, a kicked runner that waits for a host CPU, or the carrier its trap wakes, took
+// more than a slice 1-4 times in a run of sched-fair's lock row (none without the sibling): asked
+// again so soon, the member got a second signal for nothing. A signal truly lost costs this long.
+const askAgainAfter = 10 * Slice
 
 // JoinRing puts the task, about to run tenant code on its vCPU, back among the turns of the open
 // ring it is an equal of, unless a task waits for a vCPU: its runner takes turns again, and the
