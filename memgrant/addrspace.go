@@ -17,6 +17,12 @@ const DefaultEagerLimit = 64 << 20
 // page faults it saves.
 const faultWindow = 1 << chunkShift
 
+// stackWindow is the span populated around a lazy fault in a stack (MapGrowsDown, MapStack):
+// a stack is touched from its top down, a little at a time, and a thread's rarely goes deep.
+// With the 2 MiB window every thread's first touch of its stack filled 512 pages (a
+// pthread_create took ~2 ms, 0.2 ms with a 64 KiB stack) and held them.
+const stackWindow = 64 << 10
+
 // Range is the address range [Start, End).
 type Range struct{ Start, End uint64 }
 
@@ -38,8 +44,9 @@ const (
 	MapShared                              // shared anonymous memory: frames shared across Fork, never copy-on-write
 	MapGrowsDown                           // a stack; growth is the kernel's job, the flag is kept
 	MapNoReserve                           // populate on fault rather than at once (MAP_NORESERVE)
+	MapStack                               // a thread's stack (MAP_STACK): lazy faults fill a stackWindow
 
-	mapKnown = MapFixed | MapFixedNoReplace | MapShared | MapGrowsDown | MapNoReserve
+	mapKnown = MapFixed | MapFixedNoReplace | MapShared | MapGrowsDown | MapNoReserve | MapStack
 )
 
 // FillFunc fills dst with the bytes at offset off of a mapping's source. Bytes it leaves
@@ -511,8 +518,12 @@ func (as *AddressSpace) populate(v *vma, s, e uint64) ([]HostOp, error) {
 // faultIn populates the fault window around page in v (falling back to the page alone
 // when the grant is short) and mirrors it to the host. as.mu is held.
 func (as *AddressSpace) faultIn(v *vma, page uint64) error {
-	ws := max(v.start, page&^(faultWindow-1))
-	we := min(v.end, (page&^(faultWindow-1))+faultWindow)
+	window := uint64(faultWindow)
+	if v.flags&(MapGrowsDown|MapStack) != 0 {
+		window = stackWindow
+	}
+	ws := max(v.start, page&^(window-1))
+	we := min(v.end, (page&^(window-1))+window)
 	ops, err := as.populate(v, ws, we)
 	if errors.Is(err, ErrExhausted) && we-ws > PageSize {
 		ops, err = as.populate(v, page, page+PageSize)

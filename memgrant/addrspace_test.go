@@ -764,3 +764,26 @@ func TestBatchKeepsReadOnlyPagesMappedAgain(t *testing.T) {
 	require.Equal(t, patternAt(PageSize+5), x.local(t, rodata, 2*PageSize)[PageSize+5])
 	require.Equal(t, "---", hostRights(t, x, data))
 }
+
+// A stack's lazy faults fill a small window: a thread touches its stack from the top down, a
+// little at a time, and the 2 MiB window gave every thread 512 pages at its first touch.
+func TestStackFaultsFillASmallWindow(t *testing.T) {
+	for _, flags := range []MapFlags{MapNoReserve | MapStack, MapNoReserve | MapGrowsDown} {
+		x := newTestAS(t, 64<<20, 64<<20, Layout{})
+		const size = 8 << 20
+		addr, err := x.as.Map(0, size, ProtRead|ProtWrite, flags, "stack", nil)
+		require.NoError(t, err)
+		require.Zero(t, x.g.UsedBytes())
+		top := addr + size - PageSize
+		ok, err := x.as.HandleFault(top+100, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, int64(stackWindow), x.g.UsedBytes(), "flags %#x", flags)
+		_, present := x.as.Translate(top + PageSize - stackWindow)
+		require.True(t, present, "the window below the page")
+		_, present = x.as.Translate(top - stackWindow)
+		require.False(t, present, "nothing below the window")
+		require.NoError(t, x.as.Unmap(addr, size))
+		require.Zero(t, x.g.UsedBytes())
+	}
+}

@@ -39,8 +39,9 @@ func sysMmap(t *Task, a sysargs) (uint64, error) {
 	if flags&unix.MAP_STACK != 0 && length > stackEager {
 		// A thread's stack (8 MiB from glibc, mapped PROT_NONE and then opened with mprotect)
 		// is populated at first touch, as the main stack below its top: populated at once,
-		// each thread held 8 MiB of the grant.
-		mf |= memgrant.MapNoReserve
+		// each thread held 8 MiB of the grant. Its faults fill a little at a time (memgrant's
+		// stack window).
+		mf |= memgrant.MapNoReserve | memgrant.MapStack
 	}
 	if shared && flags&unix.MAP_ANONYMOUS != 0 {
 		mf |= memgrant.MapShared // the same frames in every process that inherits it
