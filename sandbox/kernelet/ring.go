@@ -226,9 +226,9 @@ func (k *Kernelet) askAgain(v *VCPU, now int64) {
 }
 
 // askAgainAfter is how long a vCPU taken from a ring may wait for its member's trap. Beside a busy
-// sibling cgroup, a kicked runner that waits for a host CPU, or the carrier its trap wakes, took
-// more than a slice 1-4 times in a run of sched-fair's lock row (none without the sibling): asked
-// again so soon, the member got a second signal for nothing. A signal truly lost costs this long.
+// sibling cgroup the trap took more than a slice 1-4 times in a run of sched-fair's lock row, and
+// never without the sibling: most likely the kicked runner, or the carrier its trap wakes, waited
+// for a host CPU, and a second signal so soon was for nothing. A signal truly lost costs this long.
 const askAgainAfter = 10 * Slice
 
 // JoinRing puts the task, about to run tenant code on its vCPU, back among the turns of the open
