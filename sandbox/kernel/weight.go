@@ -23,8 +23,12 @@ import (
 // load average, so every short wake-up at nice 0 lifts the pod's share for a moment (seen in
 // /sys/kernel/debug/sched/debug beside 50 busy threads in two processes: the pod's per-CPU
 // weights summed to 1.05-1.12 times its own). The time slice's ticker, which wakes every 5 ms,
-// runs at nice 19 for that: the sibling's share went from 0.84-0.99 (mean 0.89, six runs) to
-// 0.90-1.02 (mean 0.96), with slices about a tenth longer on busy vCPUs, as it runs late.
+// runs at nice 19 for that: the sibling's share went from 0.84-0.99 (mean 0.90, nine runs) to
+// 0.90-1.02 (mean 0.96, ten runs); at nice 5 it was 0.82-0.87. The cost is slices that overrun
+// while the pod's vCPUs are busy, as the ticker waits for a CPU: 50 busy threads in two
+// processes, 5 s, no sibling: 58-66 holds of a vCPU longer than 30 ms (longest 131-432 ms),
+// against 6-28 (58-102 ms) at nice 0. Slices timed by the runners themselves, as a ring's are,
+// would need neither.
 
 const (
 	niceCarrier = 0  // a task's carrier, like its stub thread
