@@ -309,6 +309,55 @@ func TestOverdue(t *testing.T) {
 	}
 }
 
+// A stretch on a vCPU far longer than a slice (its end came late) puts the task at most maxLead
+// ahead of an equal that waited: that one runs, and then the late one again, not every other
+// equal first for as long as the stretch was. A task that ran on because every waiter was ahead
+// of it is charged in full, and a nice 19 task's lead is weighted as its runtime is.
+func TestLongStretchLeadsWaitersByAtMostMaxLead(t *testing.T) {
+	k, now := clockedK(t, 1)
+	vr := func(x *Task) int64 {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return x.vr
+	}
+	late := k.NewTask("late")
+	late.Acquire()
+	w := k.NewTask("waiter")
+	gotW := acquireAsync(t, k, w)
+	waitFor(t, func() bool { return k.Stats().Waiting == 1 })
+	now.Add(10 * int64(Slice)) // ten slices before the ticker saw it
+	done := make(chan bool)
+	go func() { done <- late.Preempted() }()
+	<-gotW
+	require.Equal(t, vr(w)+maxLead, vr(late))
+
+	// The waiter is now far behind: it runs on, charged in full, until it is ahead.
+	start := vr(w)
+	now.Add(maxLead + int64(Slice))
+	k.mu.Lock()
+	w.charge(k.now())
+	k.mu.Unlock()
+	require.Equal(t, start+maxLead+int64(Slice), vr(w))
+	w.Exit()
+	require.True(t, <-done)
+
+	// nice 19: a late stretch leads by maxLead at its weight (~68 times as much virtual time).
+	w = k.NewTask("waiter")
+	gotW = acquireAsync(t, k, w)
+	waitFor(t, func() bool { return k.Stats().Waiting == 1 })
+	late.SetNice(19, false)
+	k.mu.Lock()
+	late.vr = w.vr
+	k.mu.Unlock()
+	now.Add(10 * int64(Slice))
+	go func() { done <- late.Preempted() }()
+	<-gotW
+	require.Equal(t, vr(w)+maxLead*nice0Weight/Weight(19), vr(late))
+	w.Exit()
+	require.True(t, <-done)
+	late.Exit()
+}
+
 // Nice: an ordinary holder far ahead in virtual runtime (a nice 19 task runs its share ~68 times
 // faster) is kicked by a nice 0 task that wakes.
 func TestNiceWeights(t *testing.T) {
