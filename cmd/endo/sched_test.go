@@ -132,6 +132,24 @@ func TestBlockedThreadsHoldNoVCPU(t *testing.T) {
 	requireNoStubs(t)
 }
 
+// Two processes on one vCPU that call sched_yield in a loop hand the vCPU to each other: the
+// tenant merges both processes' yield times and counts how often the next yield came from the
+// other process (alt; 1 is strict alternation). The parent starts yielding once a pipe read
+// tells it the child has started: when the carrier woken from that read found no Go P free (all
+// held by carriers in their first wait and by starved nice 19 threads), the child yielded to
+// nobody for its whole run, and alt came out near 0.
+func TestYieldAlternatesBetweenProcesses(t *testing.T) {
+	for i := 0; i < 3; i++ {
+		got := runCmd(t, "", "taskset", "-c", "0", endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "/bin/schedbench", "yieldprocs", "2000")
+		require.Equal(t, 0, got.code, got.stderr)
+		m := regexp.MustCompile(`alt=([0-9.]+)`).FindStringSubmatch(got.stdout)
+		require.NotNil(t, m, got.stdout)
+		alt, _ := strconv.ParseFloat(m[1], 64)
+		require.GreaterOrEqual(t, alt, 0.5, "run %d: the processes did not take turns: %s", i, got.stdout)
+	}
+	requireNoStubs(t)
+}
+
 // The scheduling calls: affinity within the pod's vCPUs, nice round trips, policies.
 func TestSchedulingCalls(t *testing.T) {
 	got := endoCPUs(t, "2", "/bin/sched", "api")

@@ -35,14 +35,24 @@ const (
 	niceSandbox = 19 // every other thread of the sandbox
 )
 
-// sizeRuntime gives the Go runtime as many Ps as the pod has vCPUs (at least two, so that a
-// carrier in its first, P-keeping wait cannot stall every other goroutine). A P is what lets a
-// thread run Go code: with the host's CPU count instead, carriers on their way to or from a
-// vCPU ran beside the N that hold one, and each weighed on the pod's share. Measured on 2 CPUs
-// with 50 busy tasks beside a sibling cgroup: 2 Ps, sibling 0.84-0.88 of its share; 3 Ps,
-// 0.74-0.80; 5 Ps, 0.75. (More Ps sped a pipe round trip, 7x native with 2, 5.2x with 5: a
-// carrier woken from a pipe read waits for a P that a spinning carrier holds.)
-func sizeRuntime(n int) { runtime.GOMAXPROCS(max(n, 2)) }
+// sizeRuntime gives the Go runtime one P more than the pod has vCPUs (and at least three). A P is
+// what lets a thread run Go code: with the host's CPU count instead, carriers on their way to or
+// from a vCPU ran beside the N that hold one, and each weighed on the pod's share (measured on 2
+// CPUs with 50 busy tasks beside a sibling cgroup, when the runtime's threads ran at nice 0: 2 Ps,
+// sibling 0.84-0.88 of its share; 3 Ps, 0.74-0.80; 5 Ps, 0.75).
+//
+// The one more is for carriers woken by the host (a pipe read's poll): each needs a P to go on,
+// and with N Ps none was free while carriers sat in their first, P-keeping wait and a thread at
+// nice 19 held the rest without running. Linux gives a nice 19 thread a CPU beside a busy nice 0
+// one only every ~95 ms (its deadline is its slice scaled by 1024/15), and the Go runtime's own
+// monitor, which would take a P back, is such a thread: its trace showed gaps of 45 ms. Two
+// processes yielding to each other on one vCPU: with 2 Ps, 4 runs in 12 alternated less than 0.9
+// of the time (0.07-0.89: the one woken from a pipe read waited for a P while the other yielded to
+// nobody), with 3 or 4 Ps none in 24. Beside a
+// sibling, 50 busy threads in two processes: sibling 0.94 on average with N Ps, 0.97 with N+1
+// (8 runs each); the lock row 0.983 and 0.975 (7 runs); the probe saw more than 2 runnable in
+// under 1% of samples either way.
+func sizeRuntime(n int) { runtime.GOMAXPROCS(max(n, 2) + 1) }
 
 // atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until
 // the returned function is called: for the sandbox's own clock that tasks wait on (the probe),
