@@ -66,8 +66,9 @@ const (
 	// the task while Linux ran it little or not at all. Charged in full, such a stretch put the
 	// task far ahead of its equals, and it then waited until every one of them had caught up:
 	// with 50 busy threads in two processes on 2 vCPUs, one 100 ms stretch cost about 2.5 s of
-	// waiting, and the thread creating the others waited so (beside a sibling, threads up after
-	// 1.3-6.2 s, 2.9 on average, and 0.5-2.7 s, 1.6, with the bound; 13 interleaved runs each).
+	// waiting, and the thread creating the others waited so (beside a sibling, 13 interleaved
+	// runs each: threads up after 0.04-5.5 s, 1.95 on average, and 0.2-2.7 s, 0.95, with the
+	// bound; the sibling's share moved within the noise, .962 and .946).
 	// Only the lead over waiters is bounded: a task that runs on because every waiter is ahead
 	// of it is charged in full, or it would never catch up and give way.
 	maxLead     = int64(2 * Slice)
