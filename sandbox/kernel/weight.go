@@ -48,11 +48,10 @@ const (
 // monitor, which would take a P back, is such a thread: its trace showed gaps of 45 ms. Two
 // processes yielding to each other on one vCPU: with 2 Ps, 4 runs in 12 alternated less than 0.9
 // of the time (0.07-0.89: the one woken from a pipe read waited for a P while the other yielded to
-// nobody), with 3 or 4 Ps none in 24. Beside a
-// sibling, 50 busy threads in two processes: sibling 0.94 on average with N Ps, 0.97 with N+1
-// (8 interleaved runs each; in a later batch of 6, 0.947 and 0.958, and with the kernelet's lead
-// bound too 0.960); the lock row 0.983 and 0.975 (7 runs); the probe saw more than 2 runnable in
-// under 1% of samples either way.
+// nobody), with 3 or 4 Ps none in 24. Beside a sibling, 50 busy threads in two processes:
+// sibling 0.94 on average with N Ps, 0.97 with N+1 (8 interleaved runs each; in a later batch of
+// 6, 0.947 and 0.958, and with the kernelet's lead bound too 0.960); the lock row 0.983 and 0.975
+// (7 runs); the probe saw more than 2 runnable in under 1% of samples either way.
 func sizeRuntime(n int) { runtime.GOMAXPROCS(max(n, 2) + 1) }
 
 // atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until

@@ -554,7 +554,7 @@ func (t *Task) charge(now int64) {
 	if t.vcpu != nil && !t.policy.RealTime() {
 		w := t.weight()
 		vr := t.vr + (now-t.since)*nice0Weight/w
-		if least, ok := t.k.leastQueuedVr(t.policy.class()); ok {
+		if least, _, ok := t.k.queuedVrs(t.policy.class()); ok {
 			vr = min(vr, max(t.vr, least)+maxLead*nice0Weight/w)
 		}
 		t.vr = vr
@@ -1003,7 +1003,9 @@ func (t *Task) leave(v *VCPU, w *Task, now int64, mustMove, behindEquals, parked
 	k.dropRuns(t)
 	if behindEquals && w != nil && t.policy.class() != 0 && w.policy.class() == t.policy.class() {
 		// Behind its equals: after every ordinary task now waiting.
-		t.vr = max(t.vr, k.maxQueuedVr(t.policy.class())+1)
+		if _, most, ok := k.queuedVrs(t.policy.class()); ok {
+			t.vr = max(t.vr, most+1)
+		}
 	}
 	v.holder = nil
 	t.parked = parked // before it is queued: a give from here on must not post on grant
@@ -1021,30 +1023,18 @@ func (t *Task) leave(v *VCPU, w *Task, now int64, mustMove, behindEquals, parked
 	return kicks
 }
 
-// leastQueuedVr is the least virtual runtime of the tasks of the class that wait for a vCPU, and
-// whether any does (k.mu held).
-func (k *Kernelet) leastQueuedVr(class int) (int64, bool) {
-	m, ok := int64(math.MaxInt64), false
+// queuedVrs is the least and the greatest virtual runtime of the tasks of the class that wait for
+// a vCPU, and whether any does (k.mu held).
+func (k *Kernelet) queuedVrs(class int) (least, most int64, ok bool) {
+	least, most = math.MaxInt64, math.MinInt64
 	for _, v := range k.vcpus {
 		for _, t := range v.queue {
 			if t.policy.class() == class {
-				m, ok = min(m, t.vr), true
+				least, most, ok = min(least, t.vr), max(most, t.vr), true
 			}
 		}
 	}
-	return m, ok
-}
-
-func (k *Kernelet) maxQueuedVr(class int) int64 {
-	m := int64(math.MinInt64)
-	for _, v := range k.vcpus {
-		for _, t := range v.queue {
-			if t.policy.class() == class {
-				m = max(m, t.vr)
-			}
-		}
-	}
-	return m
+	return least, most, ok
 }
 
 // Overdue finds the holders that should give way now, and reports whether any task waits at
