@@ -48,9 +48,11 @@ const (
 // monitor, which would take a P back, is such a thread: its trace showed gaps of 45 ms. Two
 // processes yielding to each other on one vCPU: with 2 Ps, 4 runs in 12 alternated less than 0.9
 // of the time (0.07-0.89: the one woken from a pipe read waited for a P while the other yielded to
-// nobody), with 3 or 4 Ps none in 24 (a later batch of 30 runs of 2000 yields with 3 Ps had 3
-// under 0.5: a P was free then, by the runtime's trace, and the woken carrier waited for the
-// host's CPU, a delay not yet understood). Beside a sibling, 50 busy threads in two processes:
+// nobody), with 3 or 4 Ps none in 24. A later batch of 30 runs of 2000 yields with 3 Ps had 3
+// under 0.5 (another, none): there the woken carrier's thread slept, not waited for a CPU, until
+// the other process ended (its schedstat run queue wait grew by 4 us over 19 ms), likely parked
+// in the runtime for a P that a starved nice 19 thread held in a system call, which the monitor
+// (starved too) never took back. Beside a sibling, 50 busy threads in two processes:
 // sibling 0.94 on average with N Ps, 0.97 with N+1 (8 interleaved runs each; in a later batch of
 // 6, 0.947 and 0.958, and with the kernelet's lead bound too 0.960); the lock row 0.983 and 0.975
 // (7 runs); the probe saw more than 2 runnable in under 1% of samples either way.
