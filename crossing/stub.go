@@ -357,9 +357,10 @@ func describeWait(ws syscall.WaitStatus) string {
 
 // reap waits for the stub process and then wakes every sandbox thread waiting on it.
 func (s *Stub) reap() {
-	st, err := s.proc.Wait()
+	ws, err := waitExit(s.pid)
+	s.proc.Release() // reaped here: the Process must not wait for it too
 	if err == nil {
-		s.exitStatus = st.Sys().(syscall.WaitStatus)
+		s.exitStatus = ws
 	} else {
 		s.waitErr = err
 	}

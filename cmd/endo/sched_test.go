@@ -137,8 +137,9 @@ func TestBlockedThreadsHoldNoVCPU(t *testing.T) {
 // other process (alt; 1 is strict alternation). The parent starts yielding once a pipe read
 // tells it the child has started, and the carrier woken from that read can be late by tens of ms
 // on a busy CPU (with as many Go Ps as vCPUs it found none free: 4 runs in 12 of 3000 yields each
-// alternated under 0.9; with one P more, 0-3 runs in 30 of 2000 yields still under 0.5), so
-// that the child yields to nobody meanwhile. 20000 yields each outlast that start.
+// alternated under 0.9; with one P more, 0-3 runs in 30 of 2000 yields still under 0.5, while
+// the stubs' reapers held Ps in waitid; with the reapers in the poller, 0 in 40), so that the
+// child yields to nobody meanwhile. 20000 yields each outlast any such start.
 func TestYieldAlternatesBetweenProcesses(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		got := runCmd(t, "", "taskset", "-c", "0", endoBin, "run", "--cpus", "1", "--rootfs", rootfs, "--", "/bin/schedbench", "yieldprocs", "20000")

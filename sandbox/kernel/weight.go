@@ -49,10 +49,11 @@ const (
 // processes yielding to each other on one vCPU: with 2 Ps, 4 runs in 12 alternated less than 0.9
 // of the time (0.07-0.89: the one woken from a pipe read waited for a P while the other yielded to
 // nobody), with 3 or 4 Ps none in 24. A later batch of 30 runs of 2000 yields with 3 Ps had 3
-// under 0.5 (another, none): there the woken carrier's thread slept, not waited for a CPU, until
-// the other process ended (its schedstat run queue wait grew by 4 us over 19 ms), likely parked
-// in the runtime for a P that a starved nice 19 thread held in a system call, which the monitor
-// (starved too) never took back. Beside a sibling, 50 busy threads in two processes:
+// under 0.5: there the woken carrier's thread slept (4 us of run queue wait in 19 ms), parked in
+// the runtime for a P, while the stubs' reapers sat in waitid, each keeping its P, and the
+// monitor that would take them back stayed runnable without running for 12 ms. The reapers now
+// wait in the runtime's poller (crossing/reap.go): 0 of 40 runs under 0.5 with N+1 Ps, 3 of 40
+// with N. Beside a sibling, 50 busy threads in two processes:
 // sibling 0.94 on average with N Ps, 0.97 with N+1 (8 interleaved runs each; in a later batch of
 // 6, 0.947 and 0.958, and with the kernelet's lead bound too 0.960); the lock row 0.983 and 0.975
 // (7 runs); the probe saw more than 2 runnable in under 1% of samples either way.
