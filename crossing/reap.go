@@ -34,7 +34,7 @@ func waitExit(pid int) (syscall.WaitStatus, error) {
 		return werr != nil || got == pid // else not yet: wait until the pidfd is readable
 	})
 	if err != nil {
-		return ws, fmt.Errorf("wait for stub %d: %w", pid, err)
+		return waitBlocking(pid) // the poller cannot wait for this pidfd
 	}
 	if werr != nil {
 		return ws, fmt.Errorf("wait for stub %d: %w", pid, werr)
