@@ -71,7 +71,10 @@ func TestProbeSeesAtMostNRunnable(t *testing.T) {
 // that Linux sees no more than two of them runnable but in rare samples (a hand-off between host
 // threads is "wake the other, then sleep"). Before, the two ran at once for as long as the
 // stop signal took: a sample in eight saw three or four, and the pod took up to 1.26 CPUs
-// beside a sibling cgroup of equal weight (fair: 1).
+// beside a sibling cgroup of equal weight (fair: 1). The bound is 6% of samples: since the Go
+// runtime has a P more than the pod has vCPUs (weight.go), a carrier the host wakes runs its few
+// microseconds to the kernelet at once, beside the two runners, and the probe sees it: 0-13 of
+// 300-420 samples in eight runs (1.5% on average, 3.8% at most), where it was 0-1 of ~210.
 func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--report", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
 	require.Equal(t, 0, got.code, got.stderr)
@@ -81,7 +84,7 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	over, _ := strconv.Atoi(m[2])
 	samples, _ := strconv.Atoi(m[3])
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
-	require.LessOrEqual(t, float64(over), 0.03*float64(samples), got.stderr)
+	require.LessOrEqual(t, float64(over), 0.06*float64(samples), got.stderr)
 	// --report counts the slice-end switches: the vCPUs went from process to process.
 	sw := regexp.MustCompile(`slice-end switches: (\d+) within a process, (\d+) between processes`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, sw, got.stderr)
