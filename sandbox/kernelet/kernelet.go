@@ -552,10 +552,14 @@ func (t *Task) weight() int64 {
 // held).
 func (t *Task) charge(now int64) {
 	if t.vcpu != nil && !t.policy.RealTime() {
-		w := t.weight()
-		vr := t.vr + (now-t.since)*nice0Weight/w
-		if least, _, ok := t.k.queuedVrs(t.policy.class()); ok {
-			vr = min(vr, max(t.vr, least)+maxLead*nice0Weight/w)
+		w, ran := t.weight(), now-t.since
+		vr := t.vr + ran*nice0Weight/w
+		// A stretch no longer than maxLead cannot lead by more, so only a longer one (rare: most
+		// end within a slice, as at every blocking call) walks the run queues.
+		if ran > maxLead {
+			if least, _, ok := t.k.queuedVrs(t.policy.class()); ok {
+				vr = min(vr, max(t.vr, least)+maxLead*nice0Weight/w)
+			}
 		}
 		t.vr = vr
 	}
