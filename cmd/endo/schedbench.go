@@ -227,6 +227,8 @@ type fairRun struct {
 	askedAgain       int     // vCPUs asked of a ring again: its runner's member had not trapped
 	between          int     // slice-end switches from one process to another
 	startS           float64 // from the sandbox's start until every tenant thread was up
+	steal            float64 // processors the hypervisor ran something else on, over the window
+	others           float64 // processors the guest spent outside the two cgroups (busy, not idle)
 }
 
 // cleanups undo what sched-fair set up, also from a signal handler; each runs once.
@@ -328,8 +330,8 @@ func schedFair(args []string) int {
 			if r.native {
 				probe = ""
 			}
-			fmt.Fprintf(os.Stderr, "endo sched-fair: %s, run %d: sibling %.3f CPUs, sandbox %.3f CPUs%s, threads up after %.2f s\n",
-				r.name, i+1, res.sibling, res.sandbox, probe, res.startS)
+			fmt.Fprintf(os.Stderr, "endo sched-fair: %s, run %d: sibling %.3f CPUs, sandbox %.3f CPUs, host steal %.3f, others %.3f%s, threads up after %.2f s\n",
+				r.name, i+1, res.sibling, res.sandbox, res.steal, res.others, probe, res.startS)
 			results[j] = append(results[j], res)
 		}
 	}
@@ -337,20 +339,23 @@ func schedFair(args []string) int {
 	const goal = 0.98
 	fmt.Printf("sched-fair: a sibling cgroup runs %d busy loops (native) beside the sandbox (endo run --cpus %d), equal weights (cpu.shares 1024 each, v2: the same weight), %g s windows, %d runs\n",
 		cpus, cpus, *seconds, *runs)
-	fmt.Printf("sibling's fair share = min(its demand %d, max(CPUs x its weight share 1/2, CPUs - the sandbox's demand)); the sandbox's demand = min(its busy tasks, %d vCPUs); goal >= %.2f of it in every run\n",
-		cpus, cpus, goal)
-	fmt.Printf("%-34s %5s  %-18s %-18s %-15s %-9s %-18s %-15s %s\n", "sandbox runs", "fair", "sibling CPUs", "fraction of fair", "sandbox CPUs", "probe max", "sandbox stolen ms", "threads up s", "goal")
+	fmt.Printf("sibling's fair share = min(its demand %d, max(P x its weight share 1/2, P - the sandbox's demand)), P = the processors the host gave the guest (%d less steal);\n"+
+		"the sandbox's demand = min(its busy tasks, %d vCPUs); goal >= %.2f of it in every run\n", cpus, cpus, cpus, goal)
+	fmt.Printf("%-34s %-18s %-18s %-18s %-15s %-18s %-9s %-15s %-15s %s\n", "sandbox runs", "sibling CPUs", "of fair", "of fair, no steal",
+		"sandbox CPUs", "steal, others", "probe max", "stolen ms", "threads up s", "goal")
 	for j, r := range rows {
 		demand := min(r.tasks, cpus)
-		fair := min(float64(cpus), max(float64(cpus)/2, float64(cpus-demand)))
-		var sib, frac, sbx, most, stolen, up []string
+		fairOf := func(p float64) float64 { return min(float64(cpus), max(p/2, p-float64(demand))) }
+		var sib, frac, raw, sbx, host, most, stolen, up []string
 		met := len(results[j]) == *runs
 		for _, x := range results[j] {
-			fr := x.sibling / fair
+			fr := x.sibling / fairOf(float64(cpus)-x.steal)
 			met = met && fr >= goal
 			sib = append(sib, fmt.Sprintf("%.3f", x.sibling))
 			frac = append(frac, fmt.Sprintf("%.3f", fr))
+			raw = append(raw, fmt.Sprintf("%.3f", x.sibling/fairOf(float64(cpus))))
 			sbx = append(sbx, fmt.Sprintf("%.2f", x.sandbox))
+			host = append(host, fmt.Sprintf("%.2f/%.2f", x.steal, x.others))
 			if r.native {
 				most, stolen = append(most, "-"), append(stolen, "-")
 			} else {
@@ -366,8 +371,8 @@ func schedFair(args []string) int {
 		case !met:
 			verdict = "MISSED"
 		}
-		fmt.Printf("%-34s %5.2f  %-18s %-18s %-15s %-9s %-18s %-15s %s\n", r.name, fair, strings.Join(sib, " "), strings.Join(frac, " "),
-			strings.Join(sbx, " "), strings.Join(most, " "), strings.Join(stolen, " "), strings.Join(up, " "), verdict)
+		fmt.Printf("%-34s %-18s %-18s %-18s %-15s %-18s %-9s %-15s %-15s %s\n", r.name, strings.Join(sib, " "), strings.Join(raw, " "), strings.Join(frac, " "),
+			strings.Join(sbx, " "), strings.Join(host, " "), strings.Join(most, " "), strings.Join(stolen, " "), strings.Join(up, " "), verdict)
 	}
 	fmt.Printf("\nThe two cgroups share a parent of the highest weight, so other work on the machine takes little from them.\n"+
 		"With a lock: one thread holds a pthread mutex for 10 ms at a time, 4 more take it between 1 ms bursts of work.\n"+
@@ -377,6 +382,9 @@ func schedFair(args []string) int {
 		"  less often when samples cost more than 1/%d of a CPU, which gives a few samples a second with 50 tasks;\n"+
 		"  on cgroup v1 the probe's thread runs outside the sandbox's cgroup, so that its sampling neither takes\n"+
 		"  from nor counts as the sandbox's CPU);\n"+
+		"steal, others: processors the hypervisor took from the guest (/proc/stat's steal), and the guest spent\n"+
+		"  outside the two cgroups (this benchmark, the probe, the host's daemons), both over the window; the goal\n"+
+		"  is judged on the share of what the host gave (of fair, no steal), which a busy neighbour VM cannot move;\n"+
 		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line);\n"+
 		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n"+
 		"Linux rows: the same tenant run natively in the sandbox's cgroup, what Linux alone gives the sibling: with 2\n"+
@@ -503,6 +511,10 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 		return res, errors.New("the tenant's threads were not up after 2 minutes")
 	}
 	time.Sleep(warmUp)
+	h0, err := readHostTimes()
+	if err != nil {
+		return res, err
+	}
 	s0, err := cgroupUsage(sibPath)
 	if err != nil {
 		return res, err
@@ -521,9 +533,15 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	if err != nil {
 		return res, err
 	}
+	h1, err := readHostTimes()
+	if err != nil {
+		return res, err
+	}
 	window := time.Since(t0)
 	res.sibling = float64(s1-s0) / float64(window)
 	res.sandbox = float64(b1-b0) / float64(window)
+	res.steal = float64(h1.steal-h0.steal) / float64(window)
+	res.others = max(0, float64(h1.busy-h0.busy-(s1-s0)-(b1-b0))/float64(window))
 
 	if r.native {
 		return res, nil // endo.stop ends it
@@ -651,6 +669,34 @@ var (
 )
 
 var probeLine = regexp.MustCompile(`probe: at most (\d+) tasks runnable.*stolen time ([0-9.]+) ms`)
+
+// hostTimes are the guest's CPU times from /proc/stat, summed over its CPUs: time the hypervisor
+// gave to something else while the guest wanted to run (steal), and time the guest was busy.
+type hostTimes struct{ steal, busy time.Duration }
+
+// clockTick is USER_HZ, the unit of /proc/stat; Linux fixes it at 100 for user space.
+const clockTick = 10 * time.Millisecond
+
+func readHostTimes() (hostTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostTimes{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return hostTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var v [8]int64
+	for i := range v {
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return hostTimes{}, fmt.Errorf("/proc/stat: field %d of %q: %w", i+1, line, err)
+		}
+	}
+	busy := v[0] + v[1] + v[2] + v[5] + v[6]
+	return hostTimes{steal: time.Duration(v[7]) * clockTick, busy: time.Duration(busy) * clockTick}, nil
+}
 
 // cgroupUsage is the CPU time a cgroup's processes used, cpuacct.usage (v1) or cpu.stat's
 // usage_usec (v2).
