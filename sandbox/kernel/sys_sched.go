@@ -38,19 +38,11 @@ func sysSchedYield(t *Task, a sysargs) (uint64, error) {
 	// equals of one process that yield to each other can be handed to a ring, whose runners
 	// then take the yields as turns without the sandbox (the stub's rotate).
 	t.th.Regs.Rax = 0
-	parked := false
-	if !t.kt.YieldPark(func() { parked = t.th.Park() }) {
-		return 0, nil
+	if t.giveWayParked(t.kt.YieldPark) {
+		// Hand them to a ring now rather than at the preemption ticker's next look, which a
+		// busy host makes late (weight.go).
+		t.p.k.sched.Delegate(sameStub, openRing)
 	}
-	t.spare = false
-	if !parked {
-		t.kt.Acquire() // the kernelet counts it parked; it takes the vCPU here instead
-		return 0, nil
-	}
-	t.parked = true
-	// Equals yielding to each other: hand them to a ring now rather than at the preemption
-	// ticker's next look, which a busy host makes late (weight.go).
-	t.p.k.sched.Delegate(sameStub, openRing)
 	return 0, nil
 }
 

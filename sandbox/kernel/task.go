@@ -323,8 +323,15 @@ func (t *Task) preempted() bool {
 		t.yield()
 		return false
 	}
+	return t.giveWayParked(t.kt.PreemptedPark)
+}
+
+// giveWayParked gives way through give (the kernelet's PreemptedPark or YieldPark) with the
+// registers parked in the stub, and reports whether the task is parked now: its carrier then
+// only waits for the registers' next trap.
+func (t *Task) giveWayParked(give func(park func()) bool) bool {
 	parked := false
-	if !t.kt.PreemptedPark(func() { parked = t.th.Park() }) {
+	if !give(func() { parked = t.th.Park() }) {
 		return false
 	}
 	t.spare = false
