@@ -50,7 +50,7 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"BLOCK_FPSIZE": blockFPSize, "BLOCK_SIGSTACK": blockSigstack, "STATE_PARKED": stateParked,
 		"SIG_SLICE": sigSlice, "SLICE_NS": sliceNS, "SYSMSG_RING": sysmsgRing, "RING_LOCK": ringLock,
 		"RING_OPEN": ringOpen, "RING_HEAD": ringHead, "RING_TAIL": ringTail, "RING_ENTS": ringEnts,
-		"RING_SIZE": ringSize,
+		"RING_SIZE": ringSize, "SNIPPET_TRAP": snippetTrap,
 	}
 	f, err := os.Open("stub/stub.h")
 	require.NoError(t, err)

@@ -114,9 +114,6 @@ func (c *Calls) Site(ret uint64, nr uint32) ([SiteLen]byte, error) {
 	return code, nil
 }
 
-// snippetTrap is the offset in a snippet of the end of its own syscall instruction.
-const snippetTrap = 17
-
 // writeSnippet fills entry i: the snippet, then the table's pointer to it (which makes it live).
 func (c *Calls) writeSnippet(i int, ret uint64, nr uint32) {
 	sn := c.mem[callsSnippets+callsSnippet*i:][:callsSnippet]

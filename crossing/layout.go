@@ -24,6 +24,7 @@ const (
 	callsSnippet  = 64
 	callsMax      = 8192
 	callsSize     = callsSnippets + callsMax*callsSnippet
+	snippetTrap   = 17 // the offset in a snippet of the end of its own syscall instruction
 
 	setupTenantFprog  = 0x0000
 	setupTenantProg   = 0x0010

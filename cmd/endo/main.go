@@ -203,6 +203,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "endo: page faults served by the sandbox: %d reads, %d writes\n", r, w)
 		sites, calls := k.PatchedCalls()
 		fmt.Fprintf(os.Stderr, "endo: call sites patched: %d; calls through them: %d\n", sites, calls)
+		fmt.Fprintf(os.Stderr, "endo: system calls served by the sandbox: %d\n", k.ServedCalls())
 		rs := k.Rings()
 		fmt.Fprintf(os.Stderr, "endo: rings of equal tasks: opened %d times, taken back %d times, open %.3f s in all; vCPUs asked of a ring again %d times\n",
 			rs.Opened, rs.Closed, rs.Open.Seconds(), rs.AskedAgain)

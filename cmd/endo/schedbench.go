@@ -143,6 +143,8 @@ func schedPerf(args []string) int {
 	rows := []perfRow{
 		{name: "1. yield round trip, 2 tasks, 1 vCPU", native: []string{tenant, "yieldthreads", strconv.Itoa(yields)},
 			kernelet: kerneletYieldRoundTrip, n: 2 * yields},
+		{name: "1a. the same, 2 threads of a tenant process", native: []string{tenant, "yieldthreads", strconv.Itoa(4 * yields)},
+			endo: []string{"taskset", "-c", "0", self, "run", "--cpus", "1", "--rootfs", *tenants, "--", "/bin/schedbench", "yieldthreads", strconv.Itoa(4 * yields)}},
 		{name: "2. wake higher-priority task, same vCPU", native: []string{tenant, "wakesame", strconv.Itoa(wakes)},
 			kernelet: kerneletWakeSameVCPU, n: wakes},
 		{name: "3. wake from the other vCPU (kick)", native: []string{tenant, "wakecross", strconv.Itoa(wakes)},
@@ -152,7 +154,7 @@ func schedPerf(args []string) int {
 		{name: "5. pipe wake-up across CPUs (Linux only)", native: []string{tenant, "pipewake", strconv.Itoa(wakes)}},
 	}
 	status := 0
-	fmt.Printf("%-42s %-34s %-34s %7s\n", "sched-perf (ns: median / p99 (samples))", "Linux", "Endo", "ratio")
+	fmt.Printf("%-46s %-34s %-34s %7s\n", "sched-perf (ns: median / p99 (samples))", "Linux", "Endo", "ratio")
 	for _, r := range rows {
 		nat, endo := &latency{alt: -1}, &latency{alt: -1}
 		for i := 0; i < *runs; i++ {
@@ -185,7 +187,7 @@ func schedPerf(args []string) int {
 		if r.endo == nil && r.kernelet == nil {
 			endoCell = "-"
 		}
-		fmt.Printf("%-42s %-34s %-34s %7s\n", r.name, nat.cell(), endoCell, ratio)
+		fmt.Printf("%-46s %-34s %-34s %7s\n", r.name, nat.cell(), endoCell, ratio)
 	}
 	fmt.Print(`
 Rows 1-3, Endo: kernelet tasks measured inside this process (no tenant code, no stub), each on
@@ -195,6 +197,10 @@ Rows 1-3, Endo: kernelet tasks measured inside this process (no tenant code, no 
   and the grant wakes the wakee's thread; from just before Wake until the wakee holds the vCPU.
 Row 1, Linux: two threads pinned to CPU 0; a sample is one sched_yield call (the other thread's
   turn and two switches); alt = the share of calls during which the other thread ran.
+Row 1a: the same tenant in endo run --cpus 1 (under taskset -c 0): each yield traps (seccomp's
+  SIGSYS) into the stub, whose runner takes the other thread's registers from the ring and
+  returns into it; the sandbox sees only the first yields, before the kernelet hands the two
+  threads to a ring.
 Rows 2-3, Linux: a SCHED_FIFO thread sleeps in FUTEX_WAIT; a SCHED_OTHER thread on the same CPU
   (row 2) or on the other one (row 3) wakes it once it sleeps (seen in /proc; across CPUs after
   a further 20 us, so that CPU goes idle): from just before FUTEX_WAKE to the wakee's clock read.

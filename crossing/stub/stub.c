@@ -24,6 +24,7 @@ typedef int i32;
 #define NR_rt_sigaction 13
 #define NR_rt_sigprocmask 14
 #define NR_rt_sigreturn 15
+#define NR_sched_yield 24
 #define NR_getpid 39
 #define NR_clone 56
 #define NR_exit 60
@@ -338,26 +339,41 @@ static void load_regs(u64 *g, const u64 *r)
 	g[G_EFL] = r[EFLAGS]; g[G_RSP] = r[RSP];
 }
 
-/* SIG_SLICE: the runner's slice is over. If the ring is open, the runner takes turns in it (the
- * sandbox says so: RUN_RING) and the ring holds a parked context, the runner parks the one it runs (at the ring's tail) and takes that one; otherwise the tenant
- * code goes on. Nothing traps into the sandbox and nobody is woken. */
-static void rotate(u32 self, struct runner *run, struct ucontext *uc)
+/* SIG_SLICE: the runner's slice is over; or a sched_yield of the context it runs (yield set).
+ * If the ring is open, the runner takes turns in it (the sandbox says so: RUN_RING) and the ring
+ * holds a parked context, the runner parks the one it runs (at the ring's tail) and takes that
+ * one; otherwise the tenant code goes on. Nothing traps into the sandbox and nobody is woken.
+ * rotate reports whether it served the yield: it did unless the ring is not the runner's to
+ * turn (closed, a kick or a switch ordered, the lock busy), and then the call traps as usual.
+ * A yield with nobody parked returns at once, as Linux's does with nothing else to run: every
+ * other task wanting a vCPU is a member the ring holds, or takes a vCPU from it with a kick. */
+static int rotate(u32 self, struct runner *run, struct ucontext *uc, int yield)
 {
 	u32 cur = __atomic_load_n(&run->cur, __ATOMIC_SEQ_CST);
 	u64 ip = uc->gregs[G_RIP];
 	if (cur >= SYSMSG_MAX_THREADS || (ip >= STUB_BASE && ip < (u64)__stub_boot_end))
-		return; /* idle, or in the stub's own code (a call on its way): the next slice */
+		return 0; /* idle, or in the stub's own code (a call on its way): the next slice */
 	struct ring *q = ring();
 	/* A kicked context keeps the runner: the kick's signal, pending, traps it next. */
 	if (!__atomic_load_n(&run->ring, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&slot_at(cur)->kick, __ATOMIC_SEQ_CST) ||
 	    !__atomic_load_n(&q->open, __ATOMIC_SEQ_CST) ||
-	    __atomic_load_n(&q->head, __ATOMIC_SEQ_CST) == __atomic_load_n(&q->tail, __ATOMIC_SEQ_CST) ||
 	    __atomic_load_n(&run->next, __ATOMIC_SEQ_CST) != RUN_NONE)
-		return;
+		return 0;
+	if (yield) {
+		uc->gregs[G_RAX] = 0; /* sched_yield's result, parked with the context or not */
+		/* A patched site's snippet made the call: return where the site's call returns, which
+		 * the snippet's next instruction (movabs $ret, %rcx) holds, as the sandbox would
+		 * (Calls.Trapped). The table is the sandbox's, read-only here. */
+		u64 lo = CALLS_BASE + CALLS_SNIPPETS;
+		if (ip >= lo && ip < CALLS_BASE + CALLS_SIZE && (ip - lo) % CALLS_SNIPPET == SNIPPET_TRAP)
+			uc->gregs[G_RIP] = *(const u64 *)(ip + 2);
+	}
+	if (__atomic_load_n(&q->head, __ATOMIC_SEQ_CST) == __atomic_load_n(&q->tail, __ATOMIC_SEQ_CST))
+		return yield;
 	u32 unlocked = 0;
 	if (!__atomic_compare_exchange_n(&q->lock, &unlocked, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-		return;
+		return 0;
 	struct slot *s = slot_at(cur);
 	u32 next = RUN_NONE;
 	while (__atomic_load_n(&q->open, __ATOMIC_RELAXED) && q->head != q->tail &&
@@ -376,7 +392,7 @@ static void rotate(u32 self, struct runner *run, struct ucontext *uc)
 	}
 	if (next == RUN_NONE) {
 		__atomic_store_n(&q->lock, 0, __ATOMIC_SEQ_CST);
-		return;
+		return yield;
 	}
 	save_regs(s->regs, uc->gregs);
 	save_fp(cur, uc);
@@ -392,6 +408,7 @@ static void rotate(u32 self, struct runner *run, struct ucontext *uc)
 	load_fp(next, uc);
 	load_regs(uc->gregs, t->regs);
 	sys3(NR_arch_prctl, ARCH_SET_FS, t->regs[FS_BASE], 0);
+	return 1;
 }
 
 static void handler(int sig, struct siginfo *si, struct ucontext *uc)
@@ -402,9 +419,13 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 	u32 self = (u32)((block - SYSMSG_BASE - SYSMSG_THREADS) / SYSMSG_BLOCK);
 	struct runner *run = (struct runner *)(block + RUN_CUR);
 	if (sig == SIG_SLICE) {
-		rotate(self, run, uc);
+		rotate(self, run, uc, 0);
 		return;
 	}
+	/* Between equals of one process a yield is a turn of the ring: the sandbox need not hear of it. */
+	if (sig == SIGSYS && si->code == 1 /* SYS_SECCOMP */ && si->syscall == NR_sched_yield &&
+	    rotate(self, run, uc, 1))
+		return;
 	u32 cur = __atomic_load_n(&run->cur, __ATOMIC_SEQ_CST);
 	if (cur >= SYSMSG_MAX_THREADS)
 		die(118); /* an idle runner runs no tenant code */

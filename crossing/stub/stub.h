@@ -38,6 +38,7 @@
 #define CALLS_SNIPPET  64
 #define CALLS_MAX      8192
 #define CALLS_SIZE     (CALLS_SNIPPETS + CALLS_MAX * CALLS_SNIPPET)
+#define SNIPPET_TRAP   17 /* offset in a snippet of the end of its syscall; movabs $ret, %rcx follows */
 
 /* Setup page: two seccomp programs, each a struct sock_fprog {u16 len; u64 filter} followed by
  * its filter; the sandbox fills in absolute pointers (SYSMSG_BASE + offset). */

@@ -33,6 +33,7 @@ type Kernel struct {
 	homes     atomic.Uint32   // tasks settled so far: the next one's CPU (home.go)
 	patched   atomic.Int64    // call sites patched so far
 	viaSite   atomic.Int64    // calls served from patched sites, added when their tasks end
+	served    atomic.Int64    // system calls served, added when their tasks end
 	// Slice-end switches carried out (switchTo): on one runner within a process, and from one
 	// process's runner to another's, which wakes a host thread and puts another to sleep.
 	switchesWithin, switchesBetween atomic.Int64
@@ -187,6 +188,10 @@ func (k *Kernel) Switches() (within, between int64) {
 func (k *Kernel) PatchedCalls() (sites, calls int64) {
 	return k.patched.Load(), k.viaSite.Load()
 }
+
+// ServedCalls returns how many system calls of tasks that have ended the sandbox served: the
+// calls tenant code made less those its stub took itself (a yield in a ring).
+func (k *Kernel) ServedCalls() int64 { return k.served.Load() }
 
 // Unimplemented counts the system calls tenants made that the kernel does not implement, by name.
 func (k *Kernel) Unimplemented() map[string]int {

@@ -27,8 +27,21 @@ const (
 
 // sched_yield: the task goes behind the tasks of its rank that wait for its vCPU.
 func sysSchedYield(t *Task, a sysargs) (uint64, error) {
-	if t.kt.Yield() {
-		t.spare = false
+	if t.fast || t.pendingSignal() {
+		// A patched call's registers are not all in the slot; a signal is to be delivered.
+		if t.kt.Yield() {
+			t.spare = false
+		}
+		return 0, nil
+	}
+	// The yielder waits parked, as a preempted task does (task.go): its carrier sleeps, and
+	// equals of one process that yield to each other can be handed to a ring, whose runners
+	// then take the yields as turns without the sandbox (the stub's rotate).
+	t.th.Regs.Rax = 0
+	if t.giveWayParked(t.kt.YieldPark) {
+		// Hand them to a ring now rather than at the preemption ticker's next look, which a
+		// busy host makes late (weight.go).
+		t.p.k.sched.Delegate(sameStub, openRing)
 	}
 	return 0, nil
 }

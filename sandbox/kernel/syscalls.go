@@ -114,6 +114,7 @@ func init() {
 
 // syscall serves the system call the task trapped on.
 func (t *Task) syscall() {
+	t.served++
 	r := t.th.Regs
 	nr := r.Orig_rax
 	a := sysargs{r.Rdi, r.Rsi, r.Rdx, r.R10, r.R8, r.R9}
@@ -128,6 +129,9 @@ func (t *Task) syscall() {
 	}
 	t.applyCreds()
 	v, err := fn(t, a)
+	if t.parked {
+		return // the call parked the registers (a yield): the stub owns them, result and all
+	}
 	if err != nil {
 		r.Rax = negErrno(errnoOf(t, nr, err))
 		return

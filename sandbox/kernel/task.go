@@ -28,6 +28,7 @@ type Task struct {
 	fast        bool        // the last trap came from a patched call site (no FPU state at hand)
 	esc         *escalation // the task is on its way through crossing.EscalateAddr (calls.go)
 	viaSite     int64       // calls served from patched sites
+	served      int64       // system calls served
 	fsBase      uint64
 	comm        string // the thread's name (prctl PR_SET_NAME, /proc/<pid>/task/<tid>/comm), under p.mu
 	clearTID    uint64
@@ -225,6 +226,9 @@ func (t *Task) run() {
 				t.patchSite(tr.Addr)
 			}
 			t.syscall()
+			if t.parked {
+				continue // a yield parked: nothing of the task runs until its turn
+			}
 		case tr.Kind == crossing.TrapFault:
 			if !t.patchedCallFault(tr) {
 				t.fault(tr)
@@ -242,6 +246,7 @@ func (t *Task) run() {
 	t.spare = false
 	t.p.cpu.Add(int64(threadCPU() - started))
 	t.p.k.viaSite.Add(t.viaSite)
+	t.p.k.served.Add(t.served)
 	t.closeInterrupt()
 	t.p.taskDone(t, ended)
 }
@@ -318,8 +323,15 @@ func (t *Task) preempted() bool {
 		t.yield()
 		return false
 	}
+	return t.giveWayParked(t.kt.PreemptedPark)
+}
+
+// giveWayParked gives way through give (the kernelet's PreemptedPark or YieldPark) with the
+// registers parked in the stub, and reports whether the task is parked now: its carrier then
+// only waits for the registers' next trap.
+func (t *Task) giveWayParked(give func(park func()) bool) bool {
 	parked := false
-	if !t.kt.PreemptedPark(func() { parked = t.th.Park() }) {
+	if !give(func() { parked = t.th.Park() }) {
 		return false
 	}
 	t.spare = false

@@ -880,7 +880,13 @@ func (t *Task) Exit() {
 // Yield is sched_yield: if a task of the same or a better rank waits for this vCPU, the task
 // goes behind it (behind its equals) and waits for a vCPU again. It reports whether it gave way.
 func (t *Task) Yield() bool {
-	return t.giveWay(func(w *Task, now int64) bool {
+	return t.giveWay(yieldRule(t), true)
+}
+
+// yieldRule is whom a yielding t gives way to: a waiter of a better class, an equal, or, among
+// real-time tasks, one of at least its priority.
+func yieldRule(t *Task) func(w *Task, now int64) bool {
+	return func(w *Task, now int64) bool {
 		cw, ct := w.policy.class(), t.policy.class()
 		switch {
 		case cw != ct:
@@ -889,7 +895,7 @@ func (t *Task) Yield() bool {
 			return w.rtprio >= t.rtprio
 		}
 		return true
-	}, true)
+	}
 }
 
 // Preempted is called when the task trapped on a kick or a time-slice signal: it gives way if
@@ -916,16 +922,36 @@ func (t *Task) PreemptedPark(park func()) bool {
 		t.Preempted()
 		return false
 	}
-	k.lockMember(t)
-	v, w, now, mustMove, ok := t.wayFor(func(w *Task, now int64) bool {
+	return t.givePark(func(w *Task, now int64) bool {
 		return k.shouldYieldTo(t, w, now, wakeupGranularity)
-	})
+	}, false, park)
+}
+
+// YieldPark is Yield for a task whose registers can wait parked in the stub (a sched_yield that
+// trapped from tenant code), as PreemptedPark is for a preemption: if a task Yield would give way
+// to waits, it calls park under the kernelet's lock, goes behind its equals, parked, and returns
+// true; its carrier is free. A parked yielder is what lets the kernelet hand equals of one process
+// to a ring, where their yields are turns the stub takes without the sandbox. Without an OnRun
+// hook it yields as Yield does and returns false.
+func (t *Task) YieldPark(park func()) bool {
+	if t.k.onRun == nil {
+		t.Yield()
+		return false
+	}
+	return t.givePark(yieldRule(t), true, park)
+}
+
+// givePark is the body of PreemptedPark and YieldPark.
+func (t *Task) givePark(yieldTo func(w *Task, now int64) bool, behindEquals bool, park func()) bool {
+	k := t.k
+	k.lockMember(t)
+	v, w, now, mustMove, ok := t.wayFor(yieldTo)
 	if !ok {
 		k.mu.Unlock()
 		return false
 	}
 	park()
-	kicks := t.leave(v, w, now, mustMove, false, true)
+	kicks := t.leave(v, w, now, mustMove, behindEquals, true)
 	k.ringPark(t)
 	waits := t.vcpu == nil
 	k.unlock(kicks)

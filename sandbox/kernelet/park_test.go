@@ -134,6 +134,75 @@ func TestPreemptedPark(t *testing.T) {
 	require.Len(t, runs.get(), 1)
 }
 
+// A yield parks as a preemption does, but by Yield's rule: an equal that waits gets the vCPU at
+// once (no slice need have passed), and the yielder goes behind every waiting equal.
+func TestYieldPark(t *testing.T) {
+	k, now := clockedK(t, 1)
+	runs := logRuns(k)
+	a, b, c := k.NewTask("a"), k.NewTask("b"), k.NewTask("c")
+	parks := 0
+	park := func() {
+		require.False(t, k.mu.TryLock(), "park runs under the kernelet's lock")
+		parks++
+	}
+	v := a.Acquire()
+	require.False(t, a.YieldPark(park), "nobody waits: the yielder keeps its vCPU")
+	require.Zero(t, parks)
+
+	gotB := acquireAsync(t, k, b)
+	gotC := acquireAsync(t, k, c)
+	now.Add(int64(time.Microsecond)) // far less than a slice
+	require.True(t, a.YieldPark(park))
+	require.Equal(t, 1, parks)
+	var first, second *Task
+	select {
+	case <-gotB:
+		first, second = b, c
+	case <-gotC:
+		first, second = c, b
+	case <-time.After(5 * time.Second):
+		t.Fatal("no waiter got the vCPU")
+	}
+	require.True(t, a.Parked())
+	k.mu.Lock()
+	require.Same(t, first, v.holder)
+	require.Greater(t, a.vr, second.vr, "behind every waiting equal")
+	k.mu.Unlock()
+
+	// The other waiter runs before the yielder, whose OnRun comes only after it.
+	first.Release()
+	if second == b {
+		<-gotB
+	} else {
+		<-gotC
+	}
+	require.Empty(t, runs.get())
+	second.Release()
+	calls := runs.get()
+	require.Len(t, calls, 1)
+	require.Same(t, a, calls[0].t)
+	require.Same(t, v, acquireNow(t, a))
+	a.Exit()
+	b.Exit()
+	c.Exit()
+	require.Equal(t, Stats{VCPUs: 1}, k.Stats())
+
+	// Without an OnRun hook it yields as Yield does, waiting, and reports false.
+	k = newK(t, 1)
+	a, b = k.NewTask("a"), k.NewTask("b")
+	v = a.Acquire()
+	gotB = acquireAsync(t, k, b)
+	waitFor(t, func() bool { return k.Stats().Waiting == 1 })
+	done := make(chan bool)
+	go func() { done <- a.YieldPark(park) }()
+	require.Same(t, v, <-gotB)
+	b.Release()
+	require.False(t, <-done)
+	require.Equal(t, 1, parks, "no hook: nothing parked")
+	a.Exit()
+	b.Exit()
+}
+
 // With nobody to give way to, PreemptedPark keeps the vCPU and parks nothing; without an OnRun
 // hook it never parks but gives way as Preempted does.
 func TestPreemptedParkKeeps(t *testing.T) {
