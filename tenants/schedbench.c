@@ -16,6 +16,8 @@
  *                              shared: the child sends its samples through a pipe at the end.
  *   schedbench pipewake N      a process on CPU 0 writes its clock into a pipe that a process on
  *                              CPU 1 sleeps reading: write call to reader running
+ *   schedbench yieldsleep T N  T threads only yield while the main thread sleeps 2 ms N times;
+ *                              prints "yieldsleep ok yields=Y" (Y: the yields made meanwhile)
  *   schedbench spin SECONDS    one busy loop for SECONDS (0: until killed)
  *   schedbench fair T SECONDS [lock|procs]
  *                              T busy threads for SECONDS; with lock, also a thread that holds a
@@ -141,6 +143,35 @@ static void *yield_thread(void *arg)
 		}
 	}
 	return 0;
+}
+
+static atomic_int ys_stop;
+static atomic_long ys_yields;
+
+static void *yield_only(void *arg)
+{
+	long y = 0;
+	while (!atomic_load(&ys_stop)) {
+		sched_yield();
+		y++;
+	}
+	atomic_fetch_add(&ys_yields, y);
+	return 0;
+}
+
+/* The main thread's sleeps must end while every other thread only yields: each end takes a
+ * vCPU from threads that never block. */
+static void yieldsleep(int threads, int n)
+{
+	pthread_t *t = calloc(threads, sizeof t[0]);
+	for (long i = 0; i < threads; i++)
+		pthread_create(&t[i], 0, yield_only, 0);
+	for (int i = 0; i < n; i++)
+		usleep(2000);
+	atomic_store(&ys_stop, 1);
+	for (int i = 0; i < threads; i++)
+		pthread_join(t[i], 0);
+	printf("yieldsleep ok yields=%ld\n", atomic_load(&ys_yields));
 }
 
 static void yieldthreads(int n)
@@ -448,6 +479,8 @@ int main(int argc, char **argv)
 	int n = atoi(argv[2]);
 	if (!strcmp(mode, "yieldthreads"))
 		yieldthreads(n);
+	else if (!strcmp(mode, "yieldsleep"))
+		yieldsleep(n, argc > 3 ? atoi(argv[3]) : 500);
 	else if (!strcmp(mode, "wakesame"))
 		wake(n, 0);
 	else if (!strcmp(mode, "wakecross"))

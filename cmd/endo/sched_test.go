@@ -174,6 +174,24 @@ func TestYieldBetweenThreadsStaysInStub(t *testing.T) {
 	requireNoStubs(t)
 }
 
+// Eight threads that only yield, turns their process's ring takes in the stub without waking
+// any carrier, while the main thread sleeps 2 ms 500 times: each end of a sleep must take the
+// vCPU back from the ring. With as many Go Ps as vCPUs and one more, the woken carrier found every
+// P held by the yielders' sleeping carriers and waited for the runtime's monitor, which runs late
+// on a busy CPU: 2000 sleeps did not end in minutes (1 s natively).
+func TestSleepEndsAmongYielders(t *testing.T) {
+	for _, cpus := range []string{"1", "2"} {
+		got := runCmd(t, "", "timeout", "60", endoBin, "run", "--cpus", cpus, "--rootfs", rootfs, "--", "/bin/schedbench", "yieldsleep", "8", "500")
+		require.NotEqual(t, 124, got.code, "--cpus %s: the sleeps did not end in 60 s", cpus)
+		require.Equal(t, 0, got.code, got.stderr)
+		m := regexp.MustCompile(`yieldsleep ok yields=(\d+)`).FindStringSubmatch(got.stdout)
+		require.NotNil(t, m, got.stdout)
+		yields, _ := strconv.Atoi(m[1])
+		require.Greater(t, yields, 0, "--cpus %s: the yielders never ran", cpus)
+	}
+	requireNoStubs(t)
+}
+
 // The scheduling calls: affinity within the pod's vCPUs, nice round trips, policies.
 func TestSchedulingCalls(t *testing.T) {
 	got := endoCPUs(t, "2", "/bin/sched", "api")

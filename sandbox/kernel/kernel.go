@@ -48,7 +48,8 @@ type Kernel struct {
 	releasing  sync.WaitGroup // processes whose memory is being given back
 	preempting bool           // the preemption ticker runs (guarded by mu)
 	probe      *probe
-	stolen     stolenBook // the carriers' run-queue wait (probe.go)
+	stolen     stolenBook  // the carriers' run-queue wait (probe.go)
+	goProcs    runtimeSize // the Go runtime's P count (weight.go)
 	faults     FaultCounts
 	pages      pageCache      // program files' pages, shared by the processes that map them
 	refilling  sync.WaitGroup // spare stubs being started
@@ -86,7 +87,6 @@ func New(cfg Config) (*Kernel, error) {
 		g.Close()
 		return nil, fmt.Errorf("kernel: %w", err)
 	}
-	sizeRuntime(cfg.VCPUs)
 	var calls *crossing.Calls
 	if !cfg.NoCallPatching {
 		if calls, err = crossing.NewCalls(); err != nil {
@@ -100,6 +100,7 @@ func New(cfg Config) (*Kernel, error) {
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}
 	k.pages.budget = pageCacheBudget(cfg.MemoryBytes)
+	k.goProcs.change(cfg.VCPUs, 0)
 	sched.OnWait(k.wantPreempt)
 	sched.OnKick(kick)
 	sched.OnRun(runParked)
@@ -152,7 +153,7 @@ func (k *Kernel) SetVCPUs(n int) error {
 	if err := k.sched.Resize(n); err != nil {
 		return err
 	}
-	sizeRuntime(n)
+	k.goProcs.change(n, 0)
 	return nil
 }
 

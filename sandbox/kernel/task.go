@@ -139,6 +139,8 @@ func (t *Task) run() {
 	defer t.float() // likewise
 	t.recordCarrier()
 	defer t.carrierDone()
+	t.p.k.goProcs.change(0, 1) // a P for the carrier's sleeps (weight.go)
+	defer t.p.k.goProcs.change(0, -1)
 	t.p.mu.Lock() // others find the task's kt under p.mu (sys_sched.go)
 	if t.kt == nil {
 		t.kt = t.p.k.sched.NewTask(t)

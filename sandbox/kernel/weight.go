@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,29 +36,53 @@ const (
 	niceSandbox = 19 // every other thread of the sandbox
 )
 
-// sizeRuntime gives the Go runtime one P more than the pod has vCPUs (and at least three). A P is
-// what lets a thread run Go code: with the host's CPU count instead, carriers on their way to or
-// from a vCPU ran beside the N that hold one, and each weighed on the pod's share (measured on 2
-// CPUs with 50 busy tasks beside a sibling cgroup, when the runtime's threads ran at nice 0: 2 Ps,
-// sibling 0.84-0.88 of its share; 3 Ps, 0.74-0.80; 5 Ps, 0.75).
+// runtimeSize keeps the Go runtime's P count at one more than the pod has vCPUs (at least
+// three), plus one for each live carrier. A P is what lets a thread run Go code, and a carrier
+// asleep in a blocking system call (its stub's next trap, its turn at a vCPU) keeps its P until
+// the runtime's monitor takes it back. That monitor is a thread at nice 19: beside busy nice 0
+// threads Linux gives it a CPU only every ~95 ms (its trace showed gaps of 45 ms), so a carrier
+// woken with no P left waited that long. With N+1 Ps in all, eight threads that only yield (in
+// their process's ring, where no carrier wakes) while the main thread slept 2 ms at a time never
+// got the main thread through 2000 sleeps; with a P for each carrier, 3.4-3.6 million yields in
+// the same 4 s and no waits for a P. Idle Ps cost no CPU, and Linux divides CPU between cgroups
+// whatever their thread counts; the carriers' Go code still runs only on a vCPU.
 //
-// The one more is for carriers woken by the host (a pipe read's poll): each needs a P to go on,
-// and with N Ps none was free while carriers sat in their first, P-keeping wait and a thread at
-// nice 19 held the rest without running. Linux gives a nice 19 thread a CPU beside a busy nice 0
-// one only every ~95 ms (its deadline is its slice scaled by 1024/15), and the Go runtime's own
-// monitor, which would take a P back, is such a thread: its trace showed gaps of 45 ms. Two
-// processes yielding to each other on one vCPU: with 2 Ps, 4 runs in 12 alternated less than 0.9
-// of the time (0.07-0.89: the one woken from a pipe read waited for a P while the other yielded to
-// nobody), with 3 or 4 Ps none in 24. A later batch of 30 runs of 2000 yields with 3 Ps had 3
-// under 0.5: there the woken carrier's thread slept (4 us of run queue wait in 19 ms), parked in
-// the runtime for a P, while the stubs' reapers sat in waitid, each keeping its P, and the
-// monitor that would take them back stayed runnable without running for 12 ms. The reapers now
-// wait in the runtime's poller (crossing/reap.go): 0 of 40 runs under 0.5 with N+1 Ps, 3 of 40
-// with N. Beside a sibling, 50 busy threads in two processes:
-// sibling 0.94 on average with N Ps, 0.97 with N+1 (8 interleaved runs each; in a later batch of
-// 6, 0.947 and 0.958, and with the kernelet's lead bound too 0.960); the lock row 0.983 and 0.975
-// (7 runs); the probe saw more than 2 runnable in under 1% of samples either way.
-func sizeRuntime(n int) { runtime.GOMAXPROCS(max(n, 2) + 1) }
+// Earlier, when the runtime's threads ran at nice 0, more Ps meant more of them awake beside the
+// N that hold a vCPU (measured on 2 CPUs with 50 busy tasks beside a sibling cgroup: 2 Ps,
+// sibling 0.84-0.88 of its share; 3 Ps, 0.74-0.80; 5 Ps, 0.75); at nice 19 they weigh 15 against
+// 1024. The one more than N is for the sandbox's own goroutines (a pipe read's poll, the probe):
+// two processes yielding to each other on one vCPU alternated less than 0.9 of the time in 4 of
+// 12 runs with N Ps, as the one woken from a pipe read waited for a P.
+//
+// The count grows by doubling and shrinks to twice what is needed once four times that would
+// do: each change stops the world.
+type runtimeSize struct {
+	mu       sync.Mutex
+	vcpus    int
+	carriers int
+	procs    int
+}
+
+// change adds dCarriers live carriers and, with vcpus > 0, sets the vCPU count, then resizes
+// the runtime when its P count is out of bounds.
+func (r *runtimeSize) change(vcpus, dCarriers int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if vcpus > 0 {
+		r.vcpus = vcpus
+	}
+	r.carriers += dCarriers
+	need := max(r.vcpus, 2) + 1 + r.carriers
+	switch {
+	case need > r.procs:
+		r.procs = max(need, min(2*r.procs, need+64))
+	case 4*need <= r.procs:
+		r.procs = 2 * need
+	default:
+		return
+	}
+	runtime.GOMAXPROCS(r.procs)
+}
 
 // atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until
 // the returned function is called: for the sandbox's own clock that tasks wait on (the probe),
