@@ -202,13 +202,18 @@ func (s *Stub) wakeRunner(r int) {
 }
 
 // idled carries out a switch ordered to runner r that its stub will not see, now that r holds
-// no context (the one it was to leave stopped in the sandbox and left it), and wakes r.
+// no context (the one it was to leave stopped in the sandbox and left it), and wakes r if that
+// gave it one. A runner left with none needs no wake: asleep, it sleeps on until a context is
+// posted to it (which wakes it); spinning, it sees its context go and sleeps. Woken, it only went
+// back to sleep, one host switch more at every park (a yield between two processes is one).
 func (s *Stub) idled(r int) {
 	s.idleAt[r].Store(s.idleSeq.Add(1))
 	if o := atomic.SwapUint32(s.runnerU32(r, runNext), runNone); o != runNone {
 		s.servePending(r, o)
 	}
-	s.wakeRunner(r)
+	if atomic.LoadUint32(s.runnerU32(r, runCur)) != runNone {
+		s.wakeRunner(r)
+	}
 }
 
 // servePending runs the context a stale switch order named (a value out of range orders no
