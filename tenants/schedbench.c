@@ -16,8 +16,9 @@
  *                              shared: the child sends its samples through a pipe at the end.
  *   schedbench pipewake N      a process on CPU 0 writes its clock into a pipe that a process on
  *                              CPU 1 sleeps reading: write call to reader running
- *   schedbench yieldsleep T N  T threads only yield while the main thread sleeps 2 ms N times;
- *                              prints "yieldsleep ok yields=Y" (Y: the yields made meanwhile)
+ *   schedbench yieldsleep T N  T threads only yield while the main thread sleeps 2 ms N times; a
+ *                              sample is how late a sleep ended; also prints "yieldsleep ok
+ *                              yields=Y" (Y: the yields made meanwhile)
  *   schedbench spin SECONDS    one busy loop for SECONDS (0: until killed)
  *   schedbench fair T SECONDS [lock|procs]
  *                              T busy threads for SECONDS; with lock, also a thread that holds a
@@ -166,11 +167,16 @@ static void yieldsleep(int threads, int n)
 	pthread_t *t = calloc(threads, sizeof t[0]);
 	for (long i = 0; i < threads; i++)
 		pthread_create(&t[i], 0, yield_only, 0);
-	for (int i = 0; i < n; i++)
+	double *late = alloc_samples(n);
+	for (int i = 0; i < n; i++) {
+		double t0 = now();
 		usleep(2000);
+		late[i] = now() - t0 - 2e6;
+	}
 	atomic_store(&ys_stop, 1);
 	for (int i = 0; i < threads; i++)
 		pthread_join(t[i], 0);
+	report("yieldsleep", late, n, -1);
 	printf("yieldsleep ok yields=%ld\n", atomic_load(&ys_yields));
 }
 

@@ -139,7 +139,7 @@ func schedPerf(args []string) int {
 		kernelet func(int) []time.Duration
 		n        int
 	}
-	const yields, wakes = 5000, 2000
+	const yields, wakes, sleeps = 5000, 2000, 500
 	rows := []perfRow{
 		{name: "1. yield round trip, 2 tasks, 1 vCPU", native: []string{tenant, "yieldthreads", strconv.Itoa(yields)},
 			kernelet: kerneletYieldRoundTrip, n: 2 * yields},
@@ -152,6 +152,8 @@ func schedPerf(args []string) int {
 		{name: "4. yield alternation, 2 processes, 1 CPU", native: []string{"taskset", "-c", "0", tenant, "yieldprocs", strconv.Itoa(yields)},
 			endo: []string{"taskset", "-c", "0", self, "run", "--cpus", "1", "--rootfs", *tenants, "--", "/bin/schedbench", "yieldprocs", strconv.Itoa(yields)}},
 		{name: "5. pipe wake-up across CPUs (Linux only)", native: []string{tenant, "pipewake", strconv.Itoa(wakes)}},
+		{name: "6. 2 ms sleep among 8 yielders, late by", native: []string{tenant, "yieldsleep", "8", strconv.Itoa(sleeps)},
+			endo: []string{self, "run", "--cpus", "2", "--rootfs", *tenants, "--", "/bin/schedbench", "yieldsleep", "8", strconv.Itoa(sleeps)}},
 	}
 	status := 0
 	fmt.Printf("%-46s %-34s %-34s %7s\n", "sched-perf (ns: median / p99 (samples))", "Linux", "Endo", "ratio")
@@ -211,6 +213,8 @@ Row 4: Endo does not share MAP_SHARED|MAP_ANONYMOUS memory across fork, so there
   merged by time after the run) that came from different processes; 1.00 is strict alternation.
   Both sides run under taskset -c 0, Endo with --cpus 1.
 Row 5: a process on CPU 0 writes its clock into a pipe that a process on CPU 1 sleeps reading.
+Row 6: eight threads only yield (in Endo, turns of their process's ring in the stub) while the
+  main thread sleeps 2 ms at a time (usleep); a sample is how much later than 2 ms it ran again.
 `)
 	return status
 }

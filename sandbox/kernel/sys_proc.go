@@ -271,16 +271,24 @@ func (t *Task) readTimespec(addr uint64) (time.Duration, error) {
 
 // sleep waits without a vCPU; a signal or the process being killed cuts it short (EINTR).
 func (t *Task) sleep(d time.Duration) error {
+	deadline := time.Now().Add(d)
 	cut := false
 	t.blocking(func() {
-		tm := time.NewTimer(d)
-		defer tm.Stop()
-		select {
-		case <-tm.C:
-		case <-t.interrupt:
-			cut = true
-		case <-t.p.stub.Exited():
-			cut = true
+		// The carrier sleeps on its own wake word, the deadline its host futex's timeout, as a
+		// futex wait does: the host's timer wakes it. A Go timer fired on one of the runtime's
+		// threads, which run at nice 19 (weight.go) and, beside busy vCPUs, waited for a CPU
+		// before they could wake the carrier: eight threads yielding on 2 vCPUs made each 2 ms
+		// sleep of a ninth last 3.5 ms.
+		ticket := t.park.Ticket()
+		for {
+			if t.waitCut() {
+				cut = true
+				return
+			}
+			if !t.park.Wait(ticket, deadline) {
+				return
+			}
+			ticket = t.park.Ticket()
 		}
 	})
 	if cut {
