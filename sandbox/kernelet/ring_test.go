@@ -224,6 +224,34 @@ func TestMemberLeavesAndJoins(t *testing.T) {
 	require.Equal(t, 1, s.closed, "a member's exit takes the ring back")
 }
 
+// A member that leaves the ring (it traps) is charged its share of the ring's time so far, as the
+// ring's end would charge it: with its virtual runtime from before the ring it was ahead of every
+// task outside the ring, and a thread woken from a sleep waited for it.
+func TestMemberLeavesWithItsShare(t *testing.T) {
+	k, now := clockedK(t, 1)
+	logRuns(k)
+	x, y, z := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
+	v, _ := allParkedButOne(t, k, now, x, y, z)
+	var s *stubRing
+	var b *Task
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		s = newStubRing(held, parked)
+		b = parked[0]
+		return s, true
+	}))
+	k.mu.Lock()
+	start := k.ring.vr
+	k.mu.Unlock()
+	s.rotate(v) // b runs
+	now.Add(6 * int64(Slice))
+	require.Same(t, v, acquireNow(t, b), "b trapped: it holds its runner's vCPU")
+	k.mu.Lock()
+	got := b.vr
+	k.mu.Unlock()
+	require.GreaterOrEqual(t, got, start+2*int64(Slice), "a third of the ring's 6 slices")
+	exitAll(t, k, x, y, z)
+}
+
 // Tasks of another group, or of another weight, are not equals: no ring, and a task that is no
 // equal takes the ring back when it wants a vCPU.
 func TestDelegateOnlyEquals(t *testing.T) {
