@@ -573,12 +573,6 @@ func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
 		}
 		deadline = time.Now().Add(time.Duration(sec)*time.Second + time.Duration(nsec))
 	}
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		timeout = timer.C
-	}
 	t.sigwait.Store(set)
 	defer t.sigwait.Store(0)
 	for {
@@ -604,11 +598,22 @@ func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
 		}
 		dying := false
 		t.blocking(func() {
-			select {
-			case <-t.interrupt:
-			case <-timeout:
-			case <-p.stub.Exited():
-				dying = true
+			// On the carrier's own wake word, the deadline its futex's timeout, as nanosleep
+			// (sys_proc.go): a Go timer would wait for one of the runtime's low-weight threads.
+			ticket := t.park.Ticket()
+			for {
+				select {
+				case <-t.interrupt:
+					return
+				case <-p.stub.Exited():
+					dying = true
+					return
+				default:
+				}
+				if !t.park.Wait(ticket, deadline) {
+					return
+				}
+				ticket = t.park.Ticket()
 			}
 		})
 		if dying {
