@@ -102,6 +102,9 @@ func kerneletWake(n, vcpus int) []time.Duration {
 	go func() {
 		runtime.LockOSThread()
 		defer close(done)
+		if vcpus == 1 {
+			pinHostCPU0() // the same host CPU as the waker, as Linux's row has them
+		}
 		hi.Acquire() // once, so that it sleeps from now on as a task that has run
 		hi.Release()
 		hiTid.Store(int32(unix.Gettid()))
@@ -120,6 +123,9 @@ func kerneletWake(n, vcpus int) []time.Duration {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if vcpus == 1 {
+		defer pinHostCPU0()()
+	}
 	waker := low
 	if vcpus > 1 {
 		// The waker runs on vCPU 0; the low holder of the wakee's vCPU serves its kicks.
