@@ -1,6 +1,7 @@
 package kernelet
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -98,6 +99,32 @@ func allParkedButOne(t *testing.T, k *Kernelet, now interface{ Add(int64) int64 
 		require.True(t, h.PreemptedPark(func() {}))
 		waitFor(t, func() bool { return holder() != nil && holder() != h })
 	}
+}
+
+// threeRing is a kernelet of one vCPU whose three equal tasks a ring of a stubRing holds.
+type threeRing struct {
+	k      *Kernelet
+	now    *atomic.Int64
+	tasks  []*Task
+	v      *VCPU
+	s      *stubRing
+	holder *Task   // on the ring's runner
+	parked []*Task // in the stub's ring, in the order they would run
+}
+
+// ringOfThree runs three tasks on the only vCPU until two wait parked (allParkedButOne), then
+// hands them to a ring.
+func ringOfThree(t *testing.T) *threeRing {
+	t.Helper()
+	k, now := clockedK(t, 1)
+	logRuns(k)
+	r := &threeRing{k: k, now: now, tasks: []*Task{k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")}}
+	r.v, r.holder = allParkedButOne(t, k, now, r.tasks...)
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, p []*Task) (RingOps, bool) {
+		r.s, r.parked = newStubRing(held, p), p
+		return r.s, true
+	}))
+	return r
 }
 
 // With every vCPU held by a task in tenant code and only parked equals of its group waiting, the
@@ -228,17 +255,8 @@ func TestMemberLeavesAndJoins(t *testing.T) {
 // ring's end would charge it: with its virtual runtime from before the ring it was ahead of every
 // task outside the ring, and a thread woken from a sleep waited for it.
 func TestMemberLeavesWithItsShare(t *testing.T) {
-	k, now := clockedK(t, 1)
-	logRuns(k)
-	x, y, z := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
-	v, _ := allParkedButOne(t, k, now, x, y, z)
-	var s *stubRing
-	var b *Task
-	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
-		s = newStubRing(held, parked)
-		b = parked[0]
-		return s, true
-	}))
+	r := ringOfThree(t)
+	k, now, v, s, b := r.k, r.now, r.v, r.s, r.parked[0]
 	k.mu.Lock()
 	start := k.ring.vr
 	k.mu.Unlock()
@@ -249,7 +267,7 @@ func TestMemberLeavesWithItsShare(t *testing.T) {
 	got := b.vr
 	k.mu.Unlock()
 	require.GreaterOrEqual(t, got, start+2*int64(Slice), "a third of the ring's 6 slices")
-	exitAll(t, k, x, y, z)
+	exitAll(t, k, r.tasks...)
 }
 
 // Tasks of another group, or of another weight, are not equals: no ring, and a task that is no
@@ -292,23 +310,14 @@ func TestDelegateOnlyEquals(t *testing.T) {
 // A member that was to give its vCPU up for a waking task ends instead (its process is killed):
 // the vCPU still goes to the waiter.
 func TestShrunkMemberEnds(t *testing.T) {
-	k, now := clockedK(t, 1)
-	logRuns(k)
-	x, y, z := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("a3")
-	v, a := allParkedButOne(t, k, now, x, y, z)
-	var s *stubRing
-	var c *Task
-	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
-		s = newStubRing(held, parked)
-		c = parked[1]
-		return s, true
-	}))
+	r := ringOfThree(t)
+	k, v, s, a, c := r.k, r.v, r.s, r.holder, r.parked[1]
 	// c, parked in the stub's ring, was kicked (a signal): it wants a vCPU, and takes the ring's.
 	got := acquireAsync(t, k, c)
 	require.Equal(t, []*VCPU{v}, s.shrunk)
 	a.Exit() // a, on v's runner, is killed before it traps
 	require.Same(t, v, within(t, got))
-	exitAll(t, k, x, y, z)
+	exitAll(t, k, r.tasks...)
 }
 
 // A task that took a vCPU from the ring gets another one first (its member trapped and
