@@ -596,28 +596,12 @@ func sysRtSigtimedwait(t *Task, a sysargs) (uint64, error) {
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return 0, unix.EAGAIN
 		}
-		dying := false
-		t.blocking(func() {
-			// On the carrier's own wake word, the deadline its futex's timeout, as nanosleep
-			// (sys_proc.go): a Go timer would wait for one of the runtime's low-weight threads.
-			ticket := t.park.Ticket()
-			for {
-				select {
-				case <-t.interrupt:
-					return
-				case <-p.stub.Exited():
-					dying = true
-					return
-				default:
-				}
-				if !t.park.Wait(ticket, deadline) {
-					return
-				}
-				ticket = t.park.Ticket()
-			}
-		})
-		if dying {
+		// A poke or the deadline: the loop looks again; the stub's end: the wait is over.
+		t.blocking(func() { t.parkUntil(deadline) })
+		select {
+		case <-p.stub.Exited():
 			return 0, unix.EINTR
+		default:
 		}
 	}
 }

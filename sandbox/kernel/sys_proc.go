@@ -271,30 +271,31 @@ func (t *Task) readTimespec(addr uint64) (time.Duration, error) {
 
 // sleep waits without a vCPU; a signal or the process being killed cuts it short (EINTR).
 func (t *Task) sleep(d time.Duration) error {
-	deadline := time.Now().Add(d)
 	cut := false
-	t.blocking(func() {
-		// The carrier sleeps on its own wake word, the deadline its host futex's timeout, as a
-		// futex wait does: the host's timer wakes it. A Go timer fired on one of the runtime's
-		// threads, which run at nice 19 (weight.go) and, beside busy vCPUs, waited for a CPU
-		// before they could wake the carrier: eight threads yielding on 2 vCPUs made each 2 ms
-		// sleep of a ninth last 3.5 ms.
-		ticket := t.park.Ticket()
-		for {
-			if t.waitCut() {
-				cut = true
-				return
-			}
-			if !t.park.Wait(ticket, deadline) {
-				return
-			}
-			ticket = t.park.Ticket()
-		}
-	})
+	t.blocking(func() { cut = t.parkUntil(time.Now().Add(d)) })
 	if cut {
 		return unix.EINTR
 	}
 	return nil
+}
+
+// parkUntil sleeps on the carrier's own wake word until deadline (zero: none), the deadline its
+// host futex's timeout, as a futex wait does: the host's timer wakes it. It reports whether a
+// signal's poke or the stub's end (waitCut) cut it short. A Go timer fired on one of the
+// runtime's threads, which run at nice 19 (weight.go) and, beside busy vCPUs, waited for a CPU
+// before they could wake the carrier: eight threads yielding on 2 vCPUs made each 2 ms sleep of
+// a ninth last 3.5 ms.
+func (t *Task) parkUntil(deadline time.Time) (cut bool) {
+	ticket := t.park.Ticket()
+	for {
+		if t.waitCut() {
+			return true
+		}
+		if !t.park.Wait(ticket, deadline) {
+			return false
+		}
+		ticket = t.park.Ticket()
+	}
 }
 
 func sysNanosleep(t *Task, a sysargs) (uint64, error) {
