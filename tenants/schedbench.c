@@ -14,6 +14,9 @@
  *                              alt is the fraction of consecutive yields, by time, that came
  *                              from different processes (1.0: strict alternation). No memory is
  *                              shared: the child sends its samples through a pipe at the end.
+ *   schedbench yieldsignal N   a child busy-yields until it has taken N SIGUSR1s, which its
+ *                              parent sends between yields of its own; prints "yieldsignal ok
+ *                              signals=N" once the child has them all (exit 1 after 30 s)
  *   schedbench pipewake N      a process on CPU 0 writes its clock into a pipe that a process on
  *                              CPU 1 sleeps reading: write call to reader running
  *   schedbench yieldsleep T N  T threads only yield while the main thread sleeps 2 ms N times; a
@@ -30,6 +33,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,6 +273,51 @@ static void wake(int n, int cross)
 
 /* --- yieldprocs --- */
 
+static volatile sig_atomic_t signals_taken;
+
+static void take_signal(int sig)
+{
+	(void)sig;
+	signals_taken++;
+}
+
+static void yieldsignal(int n)
+{
+	struct sigaction sa = {.sa_handler = take_signal, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, NULL) != 0) {
+		perror("sigaction");
+		exit(1);
+	}
+	pid_t child = fork();
+	if (child < 0) {
+		perror("fork");
+		exit(1);
+	}
+	if (child == 0) {
+		while (signals_taken < n)
+			sched_yield();
+		_exit(0);
+	}
+	double deadline = now() + 30e9;
+	int st;
+	while (waitpid(child, &st, WNOHANG) == 0) {
+		if (now() > deadline) {
+			kill(child, SIGKILL);
+			waitpid(child, &st, 0);
+			fprintf(stderr, "yieldsignal: the child had not taken %d signals after 30 s\n", n);
+			exit(1);
+		}
+		kill(child, SIGUSR1);
+		sched_yield();
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "yieldsignal: the child ended with status %#x\n", st);
+		exit(1);
+	}
+	printf("yieldsignal ok signals=%d\n", n);
+}
+
 static void yieldprocs(int n)
 {
 	int ready[2], back[2];
@@ -493,6 +542,8 @@ int main(int argc, char **argv)
 		wake(n, 1);
 	else if (!strcmp(mode, "yieldprocs"))
 		yieldprocs(n);
+	else if (!strcmp(mode, "yieldsignal"))
+		yieldsignal(n);
 	else if (!strcmp(mode, "pipewake"))
 		pipewake(n);
 	else if (!strcmp(mode, "spin")) {

@@ -155,6 +155,18 @@ func TestYieldAlternatesBetweenProcesses(t *testing.T) {
 	requireNoStubs(t)
 }
 
+// A process that only yields still takes its signals: its yields come from a patched call site
+// (a single-threaded tenant), and a signal sent while it waits for its turn must reach it. The
+// child yields until it has taken 2000 SIGUSR1s from its parent, which sends one between yields.
+func TestYieldingProcessTakesSignals(t *testing.T) {
+	for _, cpus := range []string{"1", "2"} {
+		got := runCmd(t, "", "timeout", "60", "taskset", "-c", "0", endoBin, "run", "--cpus", cpus, "--rootfs", rootfs, "--", "/bin/schedbench", "yieldsignal", "2000")
+		require.Equal(t, 0, got.code, "--cpus %s: %s", cpus, got.stderr)
+		require.Contains(t, got.stdout, "yieldsignal ok signals=2000", "--cpus %s", cpus)
+	}
+	requireNoStubs(t)
+}
+
 // Two threads of one process yielding to each other on one vCPU: each yield lets the other run
 // (alt, as Linux's), and once the kernelet has handed the pair to a ring their yields are turns
 // the stub takes without the sandbox: of 40000 yields the sandbox serves fewer than half (it
