@@ -401,7 +401,11 @@ func schedFair(args []string) int {
 		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n"+
 		"Linux rows: the same tenant run natively in the sandbox's cgroup, what Linux alone gives the sibling: with 2\n"+
 		"  threads the machine's own spread between equal cgroups, with 50 what a pod without a kernelet takes, with\n"+
-		"  the lock the same for the lock row's tenant, whose threads sleep and wake often.\n", *budget)
+		"  the lock the same for the lock row's tenant, whose threads sleep and wake often.\n"+
+		"Why runs spread: with 4 busy threads of two equal cgroups on 2 CPUs, Linux's periodic load balancing moves a\n"+
+		"  thread every 0.3-1 s (traced, Linux's 2-thread row as much as the sandbox's rows), and each move that leaves\n"+
+		"  3 threads on one CPU gives one cgroup ~1.2 CPUs and the other ~0.8 for 0.2-0.5 s until the next; a 10 s\n"+
+		"  window averages a dozen of these, so single runs spread by about +-0.04 whatever the sandbox does.\n", *budget)
 	return status
 }
 
