@@ -273,6 +273,16 @@ static void wake(int n, int cross)
 
 /* --- yieldprocs --- */
 
+static pid_t fork_or_die(void)
+{
+	pid_t child = fork();
+	if (child < 0) {
+		perror("fork");
+		exit(1);
+	}
+	return child;
+}
+
 static volatile sig_atomic_t signals_taken;
 
 static void take_signal(int sig)
@@ -289,11 +299,7 @@ static void yieldsignal(int n)
 		perror("sigaction");
 		exit(1);
 	}
-	pid_t child = fork();
-	if (child < 0) {
-		perror("fork");
-		exit(1);
-	}
+	pid_t child = fork_or_die();
 	if (child == 0) {
 		while (signals_taken < n)
 			sched_yield();
@@ -326,11 +332,7 @@ static void yieldprocs(int n)
 		exit(1);
 	}
 	double *start = alloc_samples(n), *end = alloc_samples(n);
-	pid_t child = fork();
-	if (child < 0) {
-		perror("fork");
-		exit(1);
-	}
+	pid_t child = fork_or_die();
 	if (child == 0) {
 		char c = 1;
 		if (write(ready[1], &c, 1) != 1)
@@ -397,11 +399,7 @@ static void pipewake(int n)
 		perror("pipe");
 		exit(1);
 	}
-	pid_t child = fork();
-	if (child < 0) {
-		perror("fork");
-		exit(1);
-	}
+	pid_t child = fork_or_die();
 	if (child == 0) {
 		pin(1);
 		double *v = alloc_samples(n);
