@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"github.com/endovisor/endo/cgroupfair"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // sched-perf and sched-fair measure the kernelet beside Linux in the same run: latencies of
@@ -787,8 +788,18 @@ func joinCgroup(path string) (func(), error) {
 		return nil, err
 	}
 	if err := pod.Add(os.Getpid()); err != nil {
+		// Controllers take the process one by one: those before the one that refused it hold
+		// it now, and the cgroup cannot go until it is back home.
+		if herr := goHome(); herr != nil {
+			return nil, fmt.Errorf("%w; and back to this process's own cgroups: %v", err, herr)
+		}
 		if created {
-			pod.Delete()
+			if derr := removeCgroup(path); derr != nil {
+				return nil, fmt.Errorf("%w; and %v", err, derr)
+			}
+		}
+		if realtime() {
+			return nil, fmt.Errorf("%w (this process runs at a realtime policy, which a cgroup v1 cpu controller without an rt_runtime budget refuses: run it as SCHED_OTHER)", err)
 		}
 		return nil, err
 	}
@@ -807,6 +818,12 @@ func joinCgroup(path string) (func(), error) {
 
 // homeCgroup returns a function that moves this process back into the cgroups it is in now
 // (v1: one path per hierarchy).
+// realtime reports whether the calling thread runs at SCHED_FIFO or SCHED_RR.
+func realtime() bool {
+	p, _, errno := unix.RawSyscall(unix.SYS_SCHED_GETSCHEDULER, 0, 0, 0)
+	return errno == 0 && (p == unix.SCHED_FIFO || p == unix.SCHED_RR)
+}
+
 func homeCgroup() (func() error, error) {
 	pid := os.Getpid()
 	if cgroups.Mode() == cgroups.Unified {

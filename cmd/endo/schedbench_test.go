@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/cgroups/v3"
 	"github.com/endovisor/endo/cgroupfair"
 	"github.com/stretchr/testify/require"
 )
@@ -84,6 +85,34 @@ func TestRunInCgroup(t *testing.T) {
 	require.NotContains(t, errb.String(), "cgroup", "no complaint about leaving or removing the cgroup")
 	require.False(t, cgroupExists(path), "the cgroup is removed after")
 	requireNoStubs(t)
+}
+
+// cgroupDirs lists every directory of the cgroup at path, in any hierarchy (v1's one a
+// controller, or v2's one).
+func cgroupDirs(t *testing.T, path string) []string {
+	t.Helper()
+	v1, err := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", path))
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", path)); err == nil {
+		v1 = append(v1, filepath.Join("/sys/fs/cgroup", path))
+	}
+	return v1
+}
+
+// A cgroup that refuses endo (here a realtime endo, which cgroup v1's cpu controller refuses
+// without an rt_runtime budget, after the controllers before it took it) is a clear error, and
+// no directory of it is left in any hierarchy.
+func TestRunRefusedByCgroupLeavesNone(t *testing.T) {
+	path := fmt.Sprintf("/endo-test-refused-%d", os.Getpid())
+	got := runCmd(t, "", "chrt", "-f", "10", endoBin, "run", "--cgroup", path, "--rootfs", rootfs, "--", "true")
+	require.Empty(t, cgroupDirs(t, path), "stderr: %s", got.stderr)
+	if cgroups.Mode() != cgroups.Unified {
+		require.Equal(t, exitEndoError, got.code, got.stderr)
+		require.Contains(t, got.stderr, "realtime policy", "the error says why")
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(got.stderr), "\n")+1, "one line: %s", got.stderr)
+	} else {
+		require.Equal(t, 0, got.code, got.stderr)
+	}
 }
 
 // A cgroup that is there already is joined, and left in place.
