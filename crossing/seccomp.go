@@ -128,6 +128,7 @@ func tenantFilter(text Range) ([]bpf.RawInstruction, error) {
 	b.jump(bpf.JumpEqual, unix.SYS_FUTEX, "futex", "")
 	b.jump(bpf.JumpEqual, unix.SYS_RT_SIGRETURN, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_EXIT, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_SCHED_YIELD, "allow", "") // a ring's turn (stub.c, handler)
 	b.jump(bpf.JumpEqual, unix.SYS_ARCH_PRCTL, "arch_prctl", "kill")
 
 	// futex: wait or wake, shared (no private flag), on a word in the thread slots.
@@ -177,6 +178,7 @@ func controlFilter(text Range) ([]bpf.RawInstruction, error) {
 	b.jump(bpf.JumpEqual, unix.SYS_RT_SIGRETURN, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_ARCH_PRCTL, "arch_prctl", "")
 	b.jump(bpf.JumpEqual, unix.SYS_EXIT, "allow", "")
+	b.jump(bpf.JumpEqual, unix.SYS_SCHED_YIELD, "allow", "")
 	b.jump(bpf.JumpEqual, unix.SYS_EXIT_GROUP, "allow", "kill")
 
 	b.label("mmap")

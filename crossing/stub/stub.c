@@ -422,10 +422,15 @@ static void handler(int sig, struct siginfo *si, struct ucontext *uc)
 		rotate(self, run, uc, 0);
 		return;
 	}
-	/* Between equals of one process a yield is a turn of the ring: the sandbox need not hear of it. */
+	/* Between equals of one process a yield is a turn of the ring: the sandbox need not hear of
+	 * it. The host hears of it, though: a thread of the sandbox that waits for this CPU (a
+	 * carrier woken to take a vCPU from the ring) runs now, not at the end of the host's slice,
+	 * which the tenant's yields would otherwise never shorten. */
 	if (sig == SIGSYS && si->code == 1 /* SYS_SECCOMP */ && si->syscall == NR_sched_yield &&
-	    rotate(self, run, uc, 1))
+	    rotate(self, run, uc, 1)) {
+		sys3(NR_sched_yield, 0, 0, 0);
 		return;
+	}
 	u32 cur = __atomic_load_n(&run->cur, __ATOMIC_SEQ_CST);
 	if (cur >= SYSMSG_MAX_THREADS)
 		die(118); /* an idle runner runs no tenant code */
