@@ -816,14 +816,14 @@ func joinCgroup(path string) (func(), error) {
 	}, nil
 }
 
-// homeCgroup returns a function that moves this process back into the cgroups it is in now
-// (v1: one path per hierarchy).
 // realtime reports whether the calling thread runs at SCHED_FIFO or SCHED_RR.
 func realtime() bool {
 	p, _, errno := unix.RawSyscall(unix.SYS_SCHED_GETSCHEDULER, 0, 0, 0)
 	return errno == 0 && (p == unix.SCHED_FIFO || p == unix.SCHED_RR)
 }
 
+// homeCgroup returns a function that moves this process back into the cgroups it is in now
+// (v1: one path per hierarchy).
 func homeCgroup() (func() error, error) {
 	pid := os.Getpid()
 	if cgroups.Mode() == cgroups.Unified {
