@@ -104,6 +104,7 @@ func New(cfg Config) (*Kernel, error) {
 	sched.OnWait(k.wantPreempt)
 	sched.OnKick(kick)
 	sched.OnRun(runParked)
+	sched.OnKin(sameStub)
 	return k, nil
 }
 

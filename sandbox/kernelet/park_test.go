@@ -539,3 +539,50 @@ func TestNewTaskWaitsParked(t *testing.T) {
 	require.Same(t, v, <-got)
 	exitAll(t, k, a, b)
 }
+
+// At a slice's end a holder hands its vCPU to its best kin (OnKin: a thread of its own process)
+// rather than to a better waiter, while the kin is at most kinGrace behind that waiter; further
+// behind, the better waiter gets it. Real-time order is not bent.
+func TestOverdueSwitchPrefersKin(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		behind int64 // how far the kin's virtual runtime is behind the better waiter's
+		policy Policy
+		want   string
+	}{
+		{"kin within the grace", kinGrace / 2, Other, "a2"},
+		{"kin just within", kinGrace, Other, "a2"},
+		{"kin beyond the grace", kinGrace + 1, Other, "b1"},
+		{"real time: strict order", kinGrace / 2, RR, "b1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, now := clockedK(t, 1)
+			logRuns(k)
+			k.OnKin(func(x, y *Task) bool { return x.Owner.(string)[0] == y.Owner.(string)[0] })
+			a1, b1, a2 := k.NewTask("a1"), k.NewTask("b1"), k.NewTask("a2")
+			a2.Acquire()
+			parkBehind(t, k, now, a2, b1)
+			v := parkBehind(t, k, now, b1, a1) // a1 holds; a2 and b1 wait parked
+			const x = int64(time.Second)
+			k.mu.Lock()
+			b1.vr, a2.vr, a1.vr = x, x+tc.behind, x+2*kinGrace
+			if tc.policy.RealTime() {
+				for _, t := range []*Task{a1, b1, a2} {
+					t.policy, t.rtprio = tc.policy, 1
+				}
+				b1.seq, a2.seq = 1, 2 // b1 first among equals
+			}
+			k.mu.Unlock()
+
+			now.Add(int64(Slice))
+			a1.InTenant.Store(true)
+			due, sw, _ := k.Overdue()
+			require.Empty(t, due)
+			require.Len(t, sw, 1)
+			require.Same(t, a1, sw[0].From)
+			require.Same(t, v, sw[0].V)
+			require.Equal(t, tc.want, sw[0].To.Owner)
+			exitAll(t, k, a1, b1, a2)
+		})
+	}
+}
