@@ -126,7 +126,7 @@ func (k *Kernelet) reconsider(t *Task, self bool) []*Task {
 	if !t.allowed(v) {
 		return []*Task{t}
 	}
-	if w := k.best(v); w != nil && k.shouldYieldTo(t, w, k.now(), wakeupGranularity) {
+	if w := k.best(v); w != nil && k.shouldYieldTo(t, w, k.now(), wakeupGranularity, int64(Slice)) {
 		return []*Task{t}
 	}
 	return nil

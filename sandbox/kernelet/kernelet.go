@@ -555,7 +555,7 @@ func (k *Kernelet) weaker(a, b *Task, tieToA bool) bool {
 
 // preempts reports whether waking task w should make holder h give way at once (k.mu held).
 func (k *Kernelet) preempts(w, h *Task) bool {
-	return k.shouldYieldTo(h, w, k.now(), wakeupGranularity)
+	return k.shouldYieldTo(h, w, k.now(), wakeupGranularity, int64(Slice))
 }
 
 // curVr is the virtual runtime including the current run (k.mu held).
@@ -963,7 +963,7 @@ func yieldRule(t *Task) func(w *Task, now int64) bool {
 // it may no longer run on this vCPU). It reports whether it gave way.
 func (t *Task) Preempted() bool {
 	return t.giveWay(func(w *Task, now int64) bool {
-		return t.k.shouldYieldTo(t, w, now, wakeupGranularity)
+		return t.k.shouldYieldTo(t, w, now, wakeupGranularity, int64(Slice))
 	}, false)
 }
 
@@ -983,7 +983,7 @@ func (t *Task) PreemptedPark(park func()) bool {
 		return false
 	}
 	return t.givePark(func(w *Task, now int64) bool {
-		return k.shouldYieldTo(t, w, now, wakeupGranularity)
+		return k.shouldYieldTo(t, w, now, wakeupGranularity, int64(Slice))
 	}, false, park)
 }
 
@@ -1023,9 +1023,9 @@ func (t *Task) givePark(yieldTo func(w *Task, now int64) bool, behindEquals bool
 }
 
 // shouldYieldTo reports whether holder h should give its vCPU to waiting task w: w is of a
-// better class or rt priority; or an equal that has run its slice waits (RR, ordinary, idle); or
-// an ordinary w is behind h's virtual runtime by more than gran (k.mu held).
-func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
+// better class or rt priority; or an equal waits and h has held its vCPU for slice (RR, ordinary,
+// idle); or an ordinary w is behind h's virtual runtime by more than gran (k.mu held).
+func (k *Kernelet) shouldYieldTo(h, w *Task, now, gran, slice int64) bool {
 	cw, ch := w.policy.class(), h.policy.class()
 	if cw != ch {
 		return cw < ch
@@ -1035,12 +1035,12 @@ func (k *Kernelet) shouldYieldTo(h, w *Task, now int64, gran int64) bool {
 	case cw == 0 && w.rtprio != h.rtprio:
 		return w.rtprio > h.rtprio
 	case cw == 0:
-		return h.policy == RR && ran >= int64(Slice)
+		return h.policy == RR && ran >= slice
 	case cw == 1:
 		vr := h.curVr(now)
-		return w.vr+gran < vr || ran >= int64(Slice) && w.vr <= vr
+		return w.vr+gran < vr || ran >= slice && w.vr <= vr
 	}
-	return ran >= int64(Slice)
+	return ran >= slice
 }
 
 // giveWay hands the task's vCPU to the best waiting task that may run on it if yieldTo says so,
@@ -1136,7 +1136,11 @@ func (k *Kernelet) queuedVrs(class int) (least, most int64, ok bool) {
 // is always due (giving way returns the spare, which may change its successor). A holder whose
 // successor was itself switched out by this call is left to the next call: that task's
 // registers are not parked until the kernel has carried out its switch.
-func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
+//
+// ahead is how long the caller waits before it calls again (at most half a slice counts): a
+// holder whose slice ends before then is due now. A ticker that calls once a slice so ends
+// slices a slice apart, where one without would let them run up to two.
+func (k *Kernelet) Overdue(ahead time.Duration) (due []*Task, switches []Switch, waiting bool) {
 	k.mu.Lock()
 	now := k.now()
 	for _, v := range k.vcpus {
@@ -1153,7 +1157,7 @@ func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 		if w != nil && k.kin != nil && !k.kin(h, w) {
 			w = k.bestKin(v, h, w)
 		}
-		if w == nil || !k.shouldYieldTo(h, w, now, int64(Slice)) {
+		if w == nil || !k.shouldYieldTo(h, w, now, int64(Slice), int64(Slice-min(ahead, Slice/2))) {
 			continue
 		}
 		if slices.ContainsFunc(switches, func(s Switch) bool { return s.From == w }) {
