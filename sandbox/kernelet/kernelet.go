@@ -268,15 +268,15 @@ func (k *Kernelet) OnRun(f func(t *Task, v *VCPU)) { k.onRun = f }
 // OnKin sets the function that says whether handing a vCPU from task a to task b is cheap for
 // the host (the kernel: two threads of one process, whose stub thread switches registers
 // itself; between processes one host thread goes to sleep and another wakes). At a slice's end
-// the holder's vCPU then goes to the holder's best kin rather than to a better waiter, as long
-// as the kin is at most kinGrace behind it: fairness among tasks is kept over one slice more.
-// Two busy processes on 2 vCPUs so settle with one process on each vCPU, and Linux sees two
-// threads that keep running instead of a sleep and a wake-up on each vCPU every slice, which
-// cost a sibling cgroup of equal weight its share (50 busy threads in two processes beside
-// one, 11 interleaved pairs of 10 s runs: switches between processes 228-509 a run before,
-// 6-54 after; the sibling's share 0.948 on average before, 0.968 after, higher in 9 pairs).
-// It is called under the kernelet's lock and must not call into the kernelet. Set it before
-// use.
+// a holder in tenant code then hands its vCPU to its best parked kin rather than to a better
+// waiter, as long as the kin is at most kinGrace behind it: fairness among tasks is kept over
+// one slice more. Two busy processes on 2 vCPUs so settle with one process on each vCPU, and
+// Linux sees two threads that keep running instead of a sleep and a wake-up on each vCPU every
+// slice, which cost a sibling cgroup of equal weight its share (50 busy threads in two
+// processes beside one, 11 interleaved pairs of 10 s runs: switches between processes 228-509
+// a run before, 6-54 after; the sibling's share 0.948 on average before, 0.968 after, higher
+// in 9 pairs). It is called under the kernelet's lock and must not call into the kernelet. Set
+// it before use.
 func (k *Kernelet) OnKin(f func(a, b *Task) bool) { k.kin = f }
 
 func (k *Kernelet) now() int64 {
@@ -838,8 +838,9 @@ func (k *Kernelet) best(v *VCPU) *Task {
 	return own
 }
 
-// bestKin returns the best waiting kin of h that may run on v and is at most kinGrace behind w
-// (in virtual runtime, w's class), or w (k.mu held).
+// bestKin returns the best parked kin of h that may run on v and is at most kinGrace behind w
+// (in virtual runtime, w's class), or w (k.mu held). Only a parked one can take over h's stub
+// thread at a slice's end without a host thread waking.
 func (k *Kernelet) bestKin(v *VCPU, h, w *Task) *Task {
 	if w.policy.class() == 0 || h.policy.class() != w.policy.class() {
 		return w // real-time order is strict
@@ -847,7 +848,7 @@ func (k *Kernelet) bestKin(v *VCPU, h, w *Task) *Task {
 	best := w
 	for _, u := range k.vcpus {
 		for _, t := range u.queue {
-			if t.policy.class() != w.policy.class() || t.vr > w.vr+kinGrace || !t.allowed(v) || !k.kin(h, t) {
+			if !t.parked || t.policy.class() != w.policy.class() || t.vr > w.vr+kinGrace || !t.allowed(v) || !k.kin(h, t) {
 				continue
 			}
 			if best == w || before(t, best) {
