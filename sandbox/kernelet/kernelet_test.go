@@ -309,6 +309,34 @@ func TestOverdue(t *testing.T) {
 	}
 }
 
+// Overdue's ahead: a holder whose slice ends before the caller looks again is due now, but no
+// earlier than half a slice in, whatever the caller says.
+func TestOverdueAhead(t *testing.T) {
+	for _, c := range []struct {
+		ran, ahead time.Duration
+		due        bool
+	}{
+		{Slice / 2, Slice, true},
+		{Slice/2 - 1, Slice, false},
+		{Slice / 3, Slice / 2, false},
+		{Slice - Slice/4, Slice / 4, true},
+		{Slice - Slice/4 - 1, Slice / 4, false},
+		{Slice / 4, 10 * Slice, false},
+		{Slice - 1, 0, false},
+	} {
+		k, now := clockedK(t, 1)
+		h, w := k.NewTask("h"), k.NewTask("w")
+		h.Acquire()
+		gotW := acquireAsync(t, k, w)
+		now.Add(int64(c.ran))
+		due, _, _ := k.Overdue(c.ahead)
+		require.Equal(t, c.due, len(due) == 1, "ran %v, ahead %v", c.ran, c.ahead)
+		h.Exit()
+		<-gotW
+		w.Exit()
+	}
+}
+
 // A stretch on a vCPU far longer than a slice (its end came late) puts the task at most maxLead
 // ahead of an equal that waited: that one runs, and then the late one again, not every other
 // equal first for as long as the stretch was. A task that ran on because every waiter was ahead
