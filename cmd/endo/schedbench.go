@@ -389,8 +389,9 @@ func schedFair(args []string) int {
 	}
 	fmt.Printf("\nThe two cgroups share a parent of the highest weight, so other work on the machine takes little from them.\n"+
 		"With a lock: one thread holds a pthread mutex for 10 ms at a time, 4 more take it between 1 ms bursts of work.\n"+
-		"In 2 processes: a process and its child run 25 of the busy threads each; the vCPUs go from process to process\n"+
-		"  at the kernelet's time slices (threads of one process take turns among themselves in the stub, a ring).\n"+
+		"In 2 processes: a process and its child run 25 of the busy threads each; at a slice's end a vCPU stays with\n"+
+		"  its process while that has a thread within a slice of the best waiter, so the two mostly settle one on each\n"+
+		"  vCPU (switches between processes: how often a vCPU went to the other process in the whole run).\n"+
 		"probe max: the most of the sandbox's tasks Linux had runnable at once (endo run --probe: a sample every ms,\n"+
 		"  less often when samples cost more than 1/%d of a CPU, which gives a few samples a second with 50 tasks;\n"+
 		"  on cgroup v1 the probe's thread runs outside the sandbox's cgroup, so that its sampling neither takes\n"+
