@@ -23,7 +23,7 @@ import (
 // cgroup's weight on each CPU from the larger of its runnable threads' weights there and their
 // load average, so every short wake-up at nice 0 lifts the pod's share for a moment (seen in
 // /sys/kernel/debug/sched/debug beside 50 busy threads in two processes: the pod's per-CPU
-// weights summed to 1.05-1.12 times its own). The time slice's ticker, which wakes every 5 ms,
+// weights summed to 1.05-1.12 times its own). The time slice's ticker (then waking every 5 ms)
 // runs at nice 19 for that: the sibling's share went from 0.84-0.99 (mean 0.90, nine runs) to
 // 0.90-1.02 (mean 0.96, ten runs); at nice 5 it was 0.82-0.87. The cost is slices that overrun
 // while the pod's vCPUs are busy, as the ticker waits for a CPU: 50 busy threads in two
