@@ -119,8 +119,12 @@ type Kernelet struct {
 	kick   func(*Task) // called (without the lock) when a holder should give way at once
 	onRun  func(*Task, *VCPU)
 	kin    func(a, b *Task) bool // nil: no task is another's kin (OnKin)
-	epoch  time.Time
-	clock  func() int64 // ns since epoch; tests replace it
+	// sliceDue is how long a holder must have held its vCPU for an equal to take it at a
+	// slice's end: Slice, less the ahead of Overdue's last call, so that a holder that call
+	// found due and kicked gives way when it calls Preempted.
+	sliceDue int64
+	epoch    time.Time
+	clock    func() int64 // ns since epoch; tests replace it
 
 	mu      sync.Mutex
 	n       int     // the vCPUs there are to be; held ones beyond it go when released
@@ -234,7 +238,7 @@ func New(n int) (*Kernelet, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("kernelet: %d vCPUs", n)
 	}
-	k := &Kernelet{n: n, epoch: time.Now()}
+	k := &Kernelet{n: n, epoch: time.Now(), sliceDue: int64(Slice)}
 	k.runDone = sync.NewCond(&k.mu)
 	for i := 0; i < n; i++ {
 		k.vcpus = append(k.vcpus, &VCPU{ID: i})
@@ -964,7 +968,7 @@ func yieldRule(t *Task) func(w *Task, now int64) bool {
 // it may no longer run on this vCPU). It reports whether it gave way.
 func (t *Task) Preempted() bool {
 	return t.giveWay(func(w *Task, now int64) bool {
-		return t.k.shouldYieldTo(t, w, now, wakeupGranularity, int64(Slice))
+		return t.k.shouldYieldTo(t, w, now, wakeupGranularity, t.k.sliceDue)
 	}, false)
 }
 
@@ -984,7 +988,7 @@ func (t *Task) PreemptedPark(park func()) bool {
 		return false
 	}
 	return t.givePark(func(w *Task, now int64) bool {
-		return k.shouldYieldTo(t, w, now, wakeupGranularity, int64(Slice))
+		return k.shouldYieldTo(t, w, now, wakeupGranularity, k.sliceDue)
 	}, false, park)
 }
 
@@ -1144,6 +1148,7 @@ func (k *Kernelet) queuedVrs(class int) (least, most int64, ok bool) {
 func (k *Kernelet) Overdue(ahead time.Duration) (due []*Task, switches []Switch, waiting bool) {
 	k.mu.Lock()
 	now := k.now()
+	k.sliceDue = int64(Slice - min(ahead, Slice/2))
 	for _, v := range k.vcpus {
 		h := v.holder
 		if h == nil {
@@ -1158,7 +1163,7 @@ func (k *Kernelet) Overdue(ahead time.Duration) (due []*Task, switches []Switch,
 		if w != nil && k.kin != nil && !k.kin(h, w) {
 			w = k.bestKin(v, h, w)
 		}
-		if w == nil || !k.shouldYieldTo(h, w, now, int64(Slice), int64(Slice-min(ahead, Slice/2))) {
+		if w == nil || !k.shouldYieldTo(h, w, now, int64(Slice), k.sliceDue) {
 			continue
 		}
 		if slices.ContainsFunc(switches, func(s Switch) bool { return s.From == w }) {

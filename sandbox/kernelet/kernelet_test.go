@@ -310,7 +310,7 @@ func TestOverdue(t *testing.T) {
 }
 
 // Overdue's ahead: a holder whose slice ends before the caller looks again is due now, but no
-// earlier than half a slice in, whatever the caller says.
+// earlier than half a slice in, whatever the caller says; kicked so, it gives way in Preempted.
 func TestOverdueAhead(t *testing.T) {
 	for _, c := range []struct {
 		ran, ahead time.Duration
@@ -328,9 +328,23 @@ func TestOverdueAhead(t *testing.T) {
 		h, w := k.NewTask("h"), k.NewTask("w")
 		h.Acquire()
 		gotW := acquireAsync(t, k, w)
+		// w is as far behind h as the slice's end alone lets it take over, not by the
+		// granularity of a wake-up.
+		k.mu.Lock()
+		w.vr = h.vr + int64(c.ran) - int64(time.Millisecond)
+		k.mu.Unlock()
 		now.Add(int64(c.ran))
 		due, _, _ := k.Overdue(c.ahead)
 		require.Equal(t, c.due, len(due) == 1, "ran %v, ahead %v", c.ran, c.ahead)
+		if c.due {
+			gave := make(chan bool, 1)
+			go func() { gave <- h.Preempted() }()
+			within(t, gotW)
+			w.Exit()
+			require.True(t, <-gave, "ran %v, ahead %v: kicked, it kept its vCPU", c.ran, c.ahead)
+			h.Exit()
+			continue
+		}
 		h.Exit()
 		<-gotW
 		w.Exit()
