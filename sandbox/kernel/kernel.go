@@ -559,10 +559,9 @@ const timeSlice = kernelet.Slice
 // take turns, with half the wake-ups of looking twice a slice. Those wake-ups cost more than
 // their CPU time: each one on a CPU where a sibling cgroup runs beside the pod's waiting vCPU
 // thread hands that CPU to the pod early (traced: 45-150 a second with 50 busy threads in two
-// processes), and the ticker's sleep, a system call that holds a P, keeps the Go runtime's
-// monitor polling (340-380 wake-ups a second; none while a ring times the slices). Beside a
-// sibling cgroup of equal weight, 6 interleaved pairs of 10 s runs each, the sibling's share
-// moved within this machine's noise: 0.962 to 0.970 (two processes), 0.985 to 0.988 (lock).
+// processes). Beside a sibling cgroup of equal weight, 6 interleaved pairs of 10 s runs each,
+// the sibling's share moved within this machine's noise: 0.962 to 0.970 (two processes),
+// 0.985 to 0.988 (lock).
 const tickEvery = timeSlice
 
 // wantPreempt starts the preemption ticker, which runs while any task waits for a vCPU.
