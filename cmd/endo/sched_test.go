@@ -75,6 +75,10 @@ func TestProbeSeesAtMostNRunnable(t *testing.T) {
 // runtime has a P more than the pod has vCPUs (weight.go), a carrier the host wakes runs its few
 // microseconds to the kernelet at once, beside the two runners, and the probe sees it: 0-13 of
 // 300-420 samples in eight runs (1.5% on average, 3.8% at most), where it was 0-1 of ~210.
+// At a slice's end a vCPU stays with its process while that has a thread within a slice of the
+// best waiter (kernelet.OnKin), so the two processes settle one on each vCPU and a switch to the
+// other process is rare: 0-16 of 440-510 slice-end switches in 3 s, where without that rule
+// half of them were (136-176 of 285-350).
 func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--report", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
 	require.Equal(t, 0, got.code, got.stderr)
@@ -85,11 +89,13 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	samples, _ := strconv.Atoi(m[3])
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
 	require.LessOrEqual(t, float64(over), 0.06*float64(samples), got.stderr)
-	// --report counts the slice-end switches: the vCPUs went from process to process.
+	// --report counts the slice-end switches: they came, and mostly stayed within a process.
 	sw := regexp.MustCompile(`slice-end switches: (\d+) within a process, (\d+) between processes`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, sw, got.stderr)
+	within, _ := strconv.Atoi(sw[1])
 	between, _ := strconv.Atoi(sw[2])
-	require.Greater(t, between, 0, got.stderr)
+	require.Greater(t, within+between, 50, got.stderr)
+	require.LessOrEqual(t, 4*between, within+between, got.stderr)
 	requireNoStubs(t)
 }
 
