@@ -105,6 +105,7 @@ func New(cfg Config) (*Kernel, error) {
 	sched.OnKick(kick)
 	sched.OnRun(runParked)
 	sched.OnKin(sameStub)
+	sched.LookEvery(tickEvery)
 	return k, nil
 }
 
@@ -555,7 +556,7 @@ func (k *Kernel) refill() {
 const timeSlice = kernelet.Slice
 
 // tickEvery is how often the preemption ticker looks for slices that have ended. Once a slice,
-// with the kernelet told so (Overdue's ahead), still ends slices a slice apart where tasks
+// with the kernelet told so (LookEvery), still ends slices a slice apart where tasks
 // take turns, with half the wake-ups of looking twice a slice. Those wake-ups cost more than
 // their CPU time: each one on a CPU where a sibling cgroup runs beside the pod's waiting vCPU
 // thread hands that CPU to the pod early (traced: 45-150 a second with 50 busy threads in two
@@ -602,7 +603,7 @@ func (k *Kernel) preemptLoop() {
 			k.mu.Unlock()
 			return
 		}
-		due, switches, waiting := k.sched.Overdue(tickEvery)
+		due, switches, waiting := k.sched.Overdue()
 		if !waiting || k.closed {
 			k.preempting = false
 			k.mu.Unlock()

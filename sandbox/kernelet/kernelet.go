@@ -120,8 +120,8 @@ type Kernelet struct {
 	onRun  func(*Task, *VCPU)
 	kin    func(a, b *Task) bool // nil: no task is another's kin (OnKin)
 	// sliceDue is how long a holder must have held its vCPU for an equal to take it at a
-	// slice's end: Slice, less the ahead of Overdue's last call, so that a holder that call
-	// found due and kicked gives way when it calls Preempted.
+	// slice's end: Slice, less what LookEvery allows, for Overdue and for Preempted alike (a
+	// holder Overdue found due and kicked gives way).
 	sliceDue int64
 	epoch    time.Time
 	clock    func() int64 // ns since epoch; tests replace it
@@ -268,6 +268,12 @@ func (k *Kernelet) OnKick(f func(*Task)) { k.kick = f }
 // task's own carrier. It may still come for a task that another goroutine made Exit meanwhile.
 // Set it before use; if it is nil, parked tasks are never made.
 func (k *Kernelet) OnRun(f func(t *Task, v *VCPU)) { k.onRun = f }
+
+// LookEvery tells the kernelet that Overdue is called every d: a holder whose slice ends before
+// the next call is due at this one, at most half a slice early. A ticker that looks once a
+// slice so ends slices a slice apart, where without it they would run up to two. Call it
+// before use.
+func (k *Kernelet) LookEvery(d time.Duration) { k.sliceDue = int64(Slice - min(d, Slice/2)) }
 
 // OnKin sets the function that says whether handing a vCPU from task a to task b is cheap for
 // the host (the kernel: two threads of one process, whose stub thread switches registers
@@ -1141,14 +1147,10 @@ func (k *Kernelet) queuedVrs(class int) (least, most int64, ok bool) {
 // is always due (giving way returns the spare, which may change its successor). A holder whose
 // successor was itself switched out by this call is left to the next call: that task's
 // registers are not parked until the kernel has carried out its switch.
-//
-// ahead is how long the caller waits before it calls again (at most half a slice counts): a
-// holder whose slice ends before then is due now. A ticker that calls once a slice so ends
-// slices a slice apart, where one without would let them run up to two.
-func (k *Kernelet) Overdue(ahead time.Duration) (due []*Task, switches []Switch, waiting bool) {
+// A slice ends early by what LookEvery allows.
+func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 	k.mu.Lock()
 	now := k.now()
-	k.sliceDue = int64(Slice - min(ahead, Slice/2))
 	for _, v := range k.vcpus {
 		h := v.holder
 		if h == nil {

@@ -235,7 +235,7 @@ func TestKick(t *testing.T) {
 	k.mu.Lock()
 	rt.got -= int64(10 * Slice)
 	k.mu.Unlock()
-	due, _, wait := k.Overdue(0)
+	due, _, wait := k.Overdue()
 	require.Empty(t, due)
 	require.True(t, wait)
 	rt.Exit()
@@ -264,22 +264,22 @@ func TestOverdue(t *testing.T) {
 	k, now := clockedK(t, 1)
 	h := k.NewTask("h")
 	h.Acquire()
-	due, _, wait := k.Overdue(0)
+	due, _, wait := k.Overdue()
 	require.Empty(t, due)
 	require.False(t, wait)
 	w := k.NewTask("w")
 	gotW := acquireAsync(t, k, w)
-	due, _, wait = k.Overdue(0)
+	due, _, wait = k.Overdue()
 	require.Empty(t, due)
 	require.True(t, wait)
 	now.Add(int64(Slice))
-	due, _, _ = k.Overdue(0)
+	due, _, _ = k.Overdue()
 	require.Equal(t, []*Task{h}, due)
 	done := make(chan bool)
 	go func() { done <- h.Preempted() }()
 	<-gotW
 	now.Add(int64(Slice) / 2)
-	due, _, _ = k.Overdue(0)
+	due, _, _ = k.Overdue()
 	require.Empty(t, due, "the new holder has not run its slice")
 	w.Exit()
 	require.True(t, <-done)
@@ -292,7 +292,7 @@ func TestOverdue(t *testing.T) {
 		w.SetPolicy(c.p, 5, false)
 		gotW = acquireAsync(t, k, w)
 		now.Add(2 * int64(Slice))
-		due, _, _ = k.Overdue(0)
+		due, _, _ = k.Overdue()
 		require.Equal(t, c.due, len(due) == 1, "%v", c.p)
 		if c.due {
 			go func() { done <- h.Preempted() }()
@@ -309,9 +309,9 @@ func TestOverdue(t *testing.T) {
 	}
 }
 
-// Overdue's ahead: a holder whose slice ends before the caller looks again is due now, but no
+// LookEvery: a holder whose slice ends before Overdue's next call is due at this one, but no
 // earlier than half a slice in, whatever the caller says; kicked so, it gives way in Preempted.
-func TestOverdueAhead(t *testing.T) {
+func TestLookEvery(t *testing.T) {
 	for _, c := range []struct {
 		ran, ahead time.Duration
 		due        bool
@@ -325,6 +325,7 @@ func TestOverdueAhead(t *testing.T) {
 		{Slice - 1, 0, false},
 	} {
 		k, now := clockedK(t, 1)
+		k.LookEvery(c.ahead)
 		h, w := k.NewTask("h"), k.NewTask("w")
 		h.Acquire()
 		gotW := acquireAsync(t, k, w)
@@ -334,7 +335,7 @@ func TestOverdueAhead(t *testing.T) {
 		w.vr = h.vr + int64(c.ran) - int64(time.Millisecond)
 		k.mu.Unlock()
 		now.Add(int64(c.ran))
-		due, _, _ := k.Overdue(c.ahead)
+		due, _, _ := k.Overdue()
 		require.Equal(t, c.due, len(due) == 1, "ran %v, ahead %v", c.ran, c.ahead)
 		if c.due {
 			gave := make(chan bool, 1)

@@ -253,14 +253,14 @@ func TestOverdueSwitch(t *testing.T) {
 	v := parkBehind(t, k, now, p, a)
 
 	now.Add(int64(Slice))
-	due, sw, waiting := k.Overdue(0)
+	due, sw, waiting := k.Overdue()
 	require.Equal(t, []*Task{a}, due, "not in tenant code: the kernel kicks it")
 	require.Empty(t, sw)
 	require.True(t, waiting)
 	require.True(t, p.Parked())
 
 	a.InTenant.Store(true)
-	due, sw, waiting = k.Overdue(0)
+	due, sw, waiting = k.Overdue()
 	require.Empty(t, due)
 	require.Equal(t, []Switch{{From: a, To: p, V: v}}, sw)
 	require.True(t, waiting)
@@ -278,7 +278,7 @@ func TestOverdueSwitch(t *testing.T) {
 	require.Empty(t, runs.get(), "the Switch carries the hand-over: no OnRun")
 	require.Equal(t, Stats{VCPUs: 1, Held: 1, Waiting: 1, Parked: 1, Tasks: 2}, k.Stats())
 
-	due, sw, _ = k.Overdue(0)
+	due, sw, _ = k.Overdue()
 	require.Empty(t, due, "p has not run its slice")
 	require.Empty(t, sw)
 
@@ -307,14 +307,14 @@ func TestOverdueSwitchNotChained(t *testing.T) {
 	h1.InTenant.Store(true)
 
 	now.Add(int64(Slice))
-	due, sw, _ := k.Overdue(0)
+	due, sw, _ := k.Overdue()
 	require.Empty(t, due)
 	require.Equal(t, []Switch{{From: h0, To: p, V: v0}}, sw)
 	k.mu.Lock()
 	require.Same(t, h1, v1.holder, "h1's successor would be h0, just switched out")
 	k.mu.Unlock()
 
-	due, sw, _ = k.Overdue(0)
+	due, sw, _ = k.Overdue()
 	require.Empty(t, due)
 	require.Equal(t, []Switch{{From: h1, To: h0, V: v1}}, sw)
 	exitAll(t, k, p, h0, h1)
@@ -368,7 +368,7 @@ func TestParkedLeaves(t *testing.T) {
 	parkBehind(t, k, now, p, q)
 	q.InTenant.Store(true)
 	now.Add(int64(Slice))
-	_, sw, _ := k.Overdue(0)
+	_, sw, _ := k.Overdue()
 	require.Len(t, sw, 1, "p takes over from q")
 	gotA := acquireAsync(t, k, a)
 	p.Release()
@@ -447,7 +447,7 @@ func TestParkUnderLoad(t *testing.T) {
 				return
 			default:
 			}
-			_, sw, _ := k.Overdue(0)
+			_, sw, _ := k.Overdue()
 			if len(sw) != 0 {
 				bad.Add(1) // nobody is in tenant code
 			}
@@ -576,7 +576,7 @@ func TestOverdueSwitchPrefersKin(t *testing.T) {
 
 			now.Add(int64(Slice))
 			a1.InTenant.Store(true)
-			due, sw, _ := k.Overdue(0)
+			due, sw, _ := k.Overdue()
 			require.Empty(t, due)
 			require.Len(t, sw, 1)
 			require.Same(t, a1, sw[0].From)
