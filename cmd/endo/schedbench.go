@@ -281,7 +281,7 @@ func schedFair(args []string) int {
 	seconds := fs.Float64("seconds", 10, "length of each measured window")
 	runs := fs.Int("runs", 3, "runs per row")
 	budget := fs.Int("probe-budget", fairProbeBudget, "the sandbox's probe spends at most 1/N of a CPU (more samples cost the sibling too)")
-	only := fs.String("only", "", "run only the rows whose names contain this text (e.g. \"lock\")")
+	only := fs.String("only", "", "run only the rows whose names contain this text (e.g. \"lock\"), or the row of exactly this name")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -323,6 +323,10 @@ func schedFair(args []string) int {
 		{name: "Linux: 2 busy threads, no sandbox", tasks: 2, native: true},
 		{name: "Linux: 50 busy threads, no sandbox", tasks: 50, native: true},
 		{name: "Linux: 50 + lock, no sandbox", tasks: 50, lock: true, native: true}}
+	// A name given whole picks that row alone: "50 busy tasks" is part of two other names.
+	if i := slices.IndexFunc(rows, func(r fairRow) bool { return r.name == *only }); i >= 0 {
+		rows = rows[i : i+1]
+	}
 	rows = slices.DeleteFunc(rows, func(r fairRow) bool { return !strings.Contains(r.name, *only) })
 	if len(rows) == 0 {
 		fmt.Fprintf(os.Stderr, "endo sched-fair: no row's name contains %q\n", *only)
