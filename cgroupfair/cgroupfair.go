@@ -4,8 +4,8 @@
 // through github.com/containerd/cgroups/v3.
 //
 // It must never move a process that is not the pod's sandbox (or its stubs, which follow it), nor
-// a thread but a measuring one of the sandbox itself (LeaveWithThread), and never delete a cgroup
-// it did not create.
+// a thread but one of the sandbox's own that does no tenant's work (LeaveWithThread: a measuring
+// thread, the kernel's preemption ticker), and never delete a cgroup it did not create.
 package cgroupfair
 
 import (
@@ -234,7 +234,8 @@ func cpusetSize(s string) (int, error) {
 // LeaveWithThread moves the calling thread, and no other thread of its process, to the root of
 // the cgroup v1 hierarchies of the cpu and cpuacct controllers: a measuring thread (endo run
 // --probe) then neither takes from the CPU share of the pod it observes nor counts as the pod's
-// use. The caller must hold its OS thread (runtime.LockOSThread) for as long as that matters. On
+// use, and the kernel's preemption ticker's wake-ups no longer tilt Linux's division of CPU
+// towards the pod (sandbox/kernel: tickerThread). The caller must hold its OS thread (runtime.LockOSThread) for as long as that matters. On
 // v2, a thread can leave its process's cgroup only inside a threaded subtree: it reports an
 // error and moves nothing.
 func LeaveWithThread() error {

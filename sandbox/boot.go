@@ -14,6 +14,7 @@ import (
 	"os"
 	goruntime "runtime"
 
+	"github.com/endovisor/endo/cgroupfair"
 	"github.com/endovisor/endo/runtime"
 	"github.com/endovisor/endo/sandbox/control"
 	"github.com/endovisor/endo/sandbox/kernel"
@@ -76,6 +77,7 @@ func Boot(ctx context.Context, opts Options) error {
 		VCPUs:       opts.VCPUs,
 		Hostname:    opts.Hostname,
 		Log:         logf,
+		LeaveCgroup: cgroupfair.LeaveWithThread,
 	})
 	if err != nil {
 		logf("kernel: %v", err)

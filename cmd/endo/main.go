@@ -131,7 +131,8 @@ func run(args []string) int {
 	if *verbose {
 		logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "endo: "+format+"\n", a...) }
 	}
-	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf, NoCallPatching: *noPatch})
+	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf, NoCallPatching: *noPatch,
+		LeaveCgroup: cgroupfair.LeaveWithThread})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "endo: %v\n", err)
 		return exitEndoError

@@ -87,6 +87,71 @@ func TestRunInCgroup(t *testing.T) {
 	requireNoStubs(t)
 }
 
+// The preemption ticker's thread leaves the pod's cgroup (v1), and nothing else of the sandbox
+// does: its wake-ups do no tenant's work and, inside, tilted Linux's division of CPU towards the
+// pod (sandbox/kernel: tickerThread). Four busy threads in two processes on one vCPU keep it
+// ticking (no ring: two processes).
+func TestTickerLeavesPodCgroup(t *testing.T) {
+	if cgroups.Mode() == cgroups.Unified {
+		t.Skip("cgroup v2: a thread cannot leave its process's cgroup; the ticker stays")
+	}
+	path := fmt.Sprintf("/endo-test-ticker-%d", os.Getpid())
+	cmd := exec.Command(endoBin, "run", "--cpus", "1", "--cgroup", path, "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "4", "30", "procs")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	proc := fmt.Sprintf("/proc/%d", cmd.Process.Pid)
+	ticker := func() string {
+		tasks, _ := os.ReadDir(filepath.Join(proc, "task"))
+		for _, e := range tasks {
+			comm, _ := os.ReadFile(filepath.Join(proc, "task", e.Name(), "comm"))
+			if strings.TrimSpace(string(comm)) == "endo-ticker" {
+				return filepath.Join(proc, "task", e.Name())
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for (len(stubsOf(cmd.Process.Pid)) < 2 || ticker() == "") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	tk := ticker()
+	require.NotEmpty(t, tk, "a thread named endo-ticker runs while 4 busy threads share 1 vCPU; stderr: %s", errb.String())
+	require.True(t, inCgroup(t, proc, path), "endo is in its cgroup")
+	require.Eventually(t, func() bool { return !inCgroup(t, tk, path) && inCgroup(t, tk, "/") }, 5*time.Second, 20*time.Millisecond,
+		"the ticker's thread is in the root cpu cgroup")
+	tasks, err := os.ReadDir(filepath.Join(proc, "task"))
+	require.NoError(t, err)
+	inside := 0
+	for _, e := range tasks {
+		dir := filepath.Join(proc, "task", e.Name())
+		if dir == tk {
+			continue
+		}
+		if _, err := os.Stat(dir); err != nil {
+			continue // ended meanwhile
+		}
+		require.True(t, inCgroup(t, dir, path), "sandbox thread %s stays in the pod's cgroup", e.Name())
+		inside++
+	}
+	require.Greater(t, inside, 2, "the sandbox's other threads")
+	for _, dir := range stubsOf(cmd.Process.Pid) {
+		require.True(t, inCgroup(t, dir, path), "stub %s is in the pod's cgroup", dir)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("endo did not end on SIGTERM")
+	}
+	require.NotContains(t, errb.String(), "cgroup", "no complaint about leaving or removing the cgroup")
+	require.False(t, cgroupExists(path), "the cgroup is removed after")
+	requireNoStubs(t)
+}
+
 // cgroupDirs lists every directory of the cgroup at path, in any hierarchy (v1's one a
 // controller, or v2's one).
 func cgroupDirs(t *testing.T, path string) []string {
