@@ -149,9 +149,11 @@ type Kernelet struct {
 	wakes     []func()
 	holdWakes bool
 
-	ring     *ring       // the vCPUs and waiting tasks given to a stub's runners (ring.go), or nil
-	ringOpen atomic.Bool // ring != nil, read without the lock
-	rings    RingStats   // of the rings so far
+	// delegated are the open rings (ring.go): the vCPUs and waiting tasks of each group given to
+	// its stub's runners.
+	delegated []*ring
+	ringOpen  atomic.Bool // len(delegated) != 0, read without the lock
+	rings     RingStats   // of the rings so far
 }
 
 // run is one OnRun call still to be made.
@@ -169,7 +171,8 @@ type VCPU struct {
 	borrower *Task   // the task that borrowed it, if a task did
 	queue    []*Task // tasks waiting for it
 	retiring bool    // beyond N: it goes when it is released
-	ring     bool    // attached to the ring: its runner takes turns among the members (holder nil)
+	ring     bool    // attached to a ring: its runner takes turns among the members (holder nil)
+	home     *ring   // the open ring it was given to, which it goes back to when free (nil: none)
 	taken    bool    // being taken from the ring for the task queued on it
 	takenAt  int64   // when it was last asked of the ring's runner (Shrink)
 }
@@ -403,7 +406,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			return t.grant.take()
 		}
 	}
-	if k.ring != nil {
+	if len(k.delegated) != 0 {
 		switch v, queued, parked, handled := k.ringAcquire(t, park); {
 		case !handled:
 		case v != nil:
@@ -695,7 +698,7 @@ func (t *Task) Wake() (now bool) {
 		return true // not asleep without a vCPU: its carrier sees to it
 	}
 	t.woken = true
-	if k.ring != nil {
+	if len(k.delegated) != 0 {
 		switch v, queued, _, handled := k.ringAcquire(t, nil); {
 		case handled && queued:
 			k.unlock(nil)
@@ -873,7 +876,7 @@ func (k *Kernelet) bestKin(v *VCPU, h, w *Task) *Task {
 func (k *Kernelet) dispatch(v *VCPU) {
 	if t := k.best(v); t != nil {
 		k.give(v, t)
-	} else if k.ring != nil {
+	} else if len(k.delegated) != 0 {
 		k.ringRefill(v)
 	}
 }

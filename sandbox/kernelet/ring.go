@@ -7,16 +7,19 @@ import (
 
 // A ring hands vCPUs and waiting tasks to the stub of one process while they are all equals of
 // that process: its runners then take turns among the tasks on their own timers, and no sandbox
-// thread wakes for a slice.
+// thread wakes for a slice. Several processes of equals each get a ring of their own, over the
+// vCPUs their tasks held, when their tasks are spread alike over those (balanced): two busy
+// processes that the kin rule settled one on each vCPU take their slices with no ticker.
 //
-// The ring's vCPUs are "attached": their runners take turns, and the kernelet does not know which
+// A ring's vCPUs are "attached": their runners take turns, and the kernelet does not know which
 // member runs where. Its members are the tasks on those runners or parked in the stub's ring. A
 // member that traps leaves the ring with its runner's vCPU (Acquire), and joins it again when it
 // goes back to tenant code as an equal (JoinRing); a task that parks while a ring is open joins
-// it parked. A vCPU let go of goes to a waiting task, else back to the ring with a parked member
-// (Grow); a task that wakes and finds no vCPU free takes one from the ring (Shrink: the runner's
-// member traps and gives it way). Anything else (a task that is no equal, a change of priority,
-// affinity or vCPUs, the process's end) takes the whole ring back (endRing).
+// it parked. A vCPU let go of goes to a waiting task, else back to its ring (home) with a parked
+// member (Grow); a task that wakes and finds no vCPU free takes one from its process's ring
+// (Shrink: the runner's member traps and gives it way). Anything else (a task that is no equal, a
+// change of priority, affinity or vCPUs, the process's end, a ring that would get more than its
+// share or leave a vCPU idle while another's members wait) takes all the rings back (endRing).
 
 // RingStats tells how the rings went: how often one was opened and taken back, and how long
 // they were open in all (a ring still open counts up to now).
@@ -33,8 +36,8 @@ func (k *Kernelet) RingStats() RingStats {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	s := k.rings
-	if k.ring != nil {
-		s.Open += time.Duration(k.now() - k.ring.start)
+	for _, r := range k.delegated {
+		s.Open += time.Duration(k.now() - r.start)
 	}
 	return s
 }
@@ -86,73 +89,137 @@ func (k *Kernelet) equalOf(first, t *Task, same func(a, b *Task) bool) bool {
 	return true
 }
 
-// Delegate gives the vCPUs and the waiting tasks to a ring if every vCPU is held by a task running
-// tenant code and every waiting task is parked, all equals of one group (same says whether two
-// tasks belong to one). open is called under the kernelet's lock with the holders, the vCPUs they
-// hold (in the same order) and the waiting tasks (in the order they would run); it must only flip
-// shared memory, and
-// returns the ring's operations, or false if the ring cannot be had. Delegate reports whether the
-// ring was opened; then no task waits any more as far as Overdue is concerned.
+// Delegate gives the vCPUs and the waiting tasks to rings if every vCPU is held by a task running
+// tenant code and every waiting task is parked, all equals, and each group (same says whether two
+// tasks belong to one) with waiting tasks holds a vCPU: a ring for each group, over the vCPUs its
+// tasks hold, with its parked tasks. The groups' tasks must be spread alike over their vCPUs
+// (balanced), as a ring's members share only its own vCPUs. open is called under the kernelet's
+// lock, once a group, with the holders, the vCPUs they hold (in the same order) and the waiting
+// tasks (in the order they would run); it must only flip shared memory, and returns the ring's
+// operations, or false if the ring cannot be had. Delegate reports whether the rings were opened
+// (all or none); then no task waits any more as far as Overdue is concerned.
 func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, vcpus []*VCPU, parked []*Task) (RingOps, bool)) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.ring != nil || k.onRun == nil || len(k.runs) != 0 || k.waiting == 0 {
+	if len(k.delegated) != 0 || k.onRun == nil || len(k.runs) != 0 || k.waiting == 0 {
 		return false
 	}
-	var held, parked []*Task
-	var vcpus []*VCPU
+	type group struct {
+		held, parked []*Task
+		vcpus        []*VCPU
+	}
+	var groups []*group
+	groupOf := func(t *Task) *group {
+		for _, g := range groups {
+			if same(g.held[0], t) {
+				return g
+			}
+		}
+		return nil
+	}
+	var first *Task
 	for _, v := range k.vcpus {
 		h := v.holder
-		if v.retiring || v.lent || h == nil || !h.InTenant.Load() ||
-			len(held) > 0 && !k.equalOf(held[0], h, same) || !k.equalOf(h, h, same) {
+		if v.retiring || v.lent || h == nil || !h.InTenant.Load() || !k.equalOf(h, h, same) {
 			return false
 		}
-		held = append(held, h)
-		vcpus = append(vcpus, v)
+		if first == nil {
+			first = h
+		}
+		if !k.equalOf(first, h, anyGroup) {
+			return false
+		}
+		g := groupOf(h)
+		if g == nil {
+			g = &group{}
+			groups = append(groups, g)
+		}
+		g.held = append(g.held, h)
+		g.vcpus = append(g.vcpus, v)
+	}
+	parked := 0
+	for _, v := range k.vcpus {
 		for _, t := range v.queue {
-			if !t.parked || !k.equalOf(h, t, same) {
+			g := groupOf(t)
+			if !t.parked || g == nil || !k.equalOf(g.held[0], t, same) {
 				return false
 			}
-			parked = append(parked, t)
+			g.parked = append(g.parked, t)
+			parked++
 		}
 	}
-	if len(parked) != k.waiting {
-		return false
-	}
-	slices.SortFunc(parked, func(a, b *Task) int { // the order they would run in
-		switch {
-		case before(a, b):
-			return -1
-		case before(b, a):
-			return 1
-		}
-		return 0
-	})
-	ops, ok := open(held, vcpus, parked)
-	if !ok {
+	if parked != k.waiting || !balanced(len(groups), func(i int) (int, int) {
+		return len(groups[i].held) + len(groups[i].parked), len(groups[i].vcpus)
+	}) {
 		return false
 	}
 	now := k.now()
-	r := &ring{ops: ops, same: same, proto: held[0], members: map[*Task]bool{}, start: now, vr: held[0].vr}
-	for _, h := range held {
-		h.charge(now)
-		v := h.vcpu
-		v.holder, v.ring, h.vcpu = nil, true, nil
-		r.vcpus = append(r.vcpus, v)
-		r.members[h] = true
-		h.ringed = true
+	for _, g := range groups {
+		slices.SortFunc(g.parked, func(a, b *Task) int { // the order they would run in
+			switch {
+			case before(a, b):
+				return -1
+			case before(b, a):
+				return 1
+			}
+			return 0
+		})
+		ops, ok := open(g.held, g.vcpus, g.parked)
+		if !ok {
+			k.endRing() // those opened already
+			return false
+		}
+		r := &ring{ops: ops, same: same, proto: g.held[0], members: map[*Task]bool{}, start: now, vr: g.held[0].vr}
+		for _, h := range g.held {
+			h.charge(now)
+			v := h.vcpu
+			v.holder, v.ring, v.home, h.vcpu = nil, true, r, nil
+			r.vcpus = append(r.vcpus, v)
+			r.members[h] = true
+			h.ringed = true
+		}
+		for _, t := range g.parked {
+			k.dequeue(t)
+			r.members[t] = true
+			t.ringed = true
+			r.vr = min(r.vr, t.vr)
+		}
+		k.delegated = append(k.delegated, r)
+		k.ringOpen.Store(true)
+		k.rings.Opened++
 	}
-	for _, t := range parked {
-		k.dequeue(t)
-		r.members[t] = true
-		t.ringed = true
-		r.vr = min(r.vr, t.vr)
-	}
-	k.ring = r
-	k.ringOpen.Store(true)
-	k.rings.Opened++
 	return true
 }
+
+// anyGroup puts all tasks in one group: equalOf then compares only weights, policies and
+// affinities.
+func anyGroup(a, b *Task) bool { return true }
+
+// balanced reports whether n rings, ring i with members(i) tasks over vcpus(i) vCPUs, give each
+// task about the same share of a vCPU: within ringSpread of each other. A ring of one group
+// always is.
+func balanced(n int, of func(i int) (members, vcpus int)) bool {
+	lo, hi := 0.0, 0.0
+	for i := 0; i < n; i++ {
+		m, c := of(i)
+		if c == 0 {
+			return false
+		}
+		share := float64(c) / float64(max(m, 1))
+		if i == 0 || share < lo {
+			lo = share
+		}
+		if i == 0 || share > hi {
+			hi = share
+		}
+	}
+	return hi <= lo*(1+ringSpread)
+}
+
+// ringSpread is how much more of a vCPU a task of one ring may get than a task of another: rings
+// are opened only within it, and a member that joins one beyond it takes the rings back. Two
+// processes of 25 busy threads each on 2 vCPUs share exactly; of 25 and 24, by 4%.
+const ringSpread = 0.05
 
 // ringAcquire serves Acquire while a ring is open (k.mu held). A member that trapped leaves the
 // ring with its runner's vCPU (returned in v). A task that finds no free vCPU takes one from the
@@ -160,8 +227,7 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, 
 // parked (parked). handled is false when the caller is to go on as without a ring: a vCPU is
 // free, or the ring gives none, or was taken back (the task is no equal).
 func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, parked, handled bool) {
-	r := k.ring
-	if t.ringed {
+	if r := k.ringOf(t); t.ringed && r != nil {
 		// It ran its share of the ring's time as the others did. A member that left with its
 		// virtual runtime from before the ring was ahead of every task outside it and, queued
 		// again, of every member: beside a sibling cgroup, the lock row's contenders (they trap
@@ -189,14 +255,15 @@ func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, park
 			return nil, false, false, false
 		}
 	}
-	if !k.equalOf(r.proto, t, r.same) {
+	r := k.groupRing(t)
+	if r == nil {
 		k.endRing()
 		return nil, false, false, false
 	}
 	if t.fresh && park != nil && park() {
 		t.fresh = false
 		t.parked = true
-		if r.ops.Park(t) {
+		if k.joinBalanced(r, 0) && r.ops.Park(t) {
 			t.ringed = true
 			r.members[t] = true
 			return nil, false, true, true
@@ -224,7 +291,7 @@ func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, park
 // The one signal a Shrink sends is all that hands v over: were it lost, the taker would wait
 // until the ring was taken back for another reason, which beside busy members may be their end.
 func (k *Kernelet) askAgain(v *VCPU, now int64) {
-	if r := k.ring; r != nil && v.taken && v.holder == nil && now-v.takenAt >= int64(askAgainAfter) {
+	if r := v.home; len(k.delegated) != 0 && r != nil && v.taken && v.holder == nil && now-v.takenAt >= int64(askAgainAfter) {
 		v.takenAt = now
 		k.rings.AskedAgain++
 		r.ops.Shrink(v)
@@ -247,9 +314,17 @@ func (t *Task) JoinRing() {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	r, v := k.ring, t.vcpu
-	if r == nil || t.ringed || v == nil || v.taken || v.retiring || k.waiting > 0 ||
-		!k.equalOf(r.proto, t, r.same) || !r.ops.Attach(t, v) {
+	r, v := k.groupRing(t), t.vcpu
+	if r == nil || t.ringed || v == nil || v.taken || v.retiring || k.waiting > 0 {
+		return
+	}
+	if v.home != r || !k.joinBalanced(r, 1) {
+		// Another ring's vCPU would leave that ring short (or this one is full enough): take them
+		// all back, to be handed out afresh.
+		k.endRing()
+		return
+	}
+	if !r.ops.Attach(t, v) {
 		return
 	}
 	t.charge(k.now())
@@ -262,8 +337,12 @@ func (t *Task) JoinRing() {
 // ringPark puts a task that has just parked (and been queued) into the open ring it is an equal
 // of, instead of the run queue (k.mu held).
 func (k *Kernelet) ringPark(t *Task) {
-	r := k.ring
-	if r == nil || !t.parked || t.queued == nil || !k.equalOf(r.proto, t, r.same) {
+	if len(k.delegated) == 0 || !t.parked || t.queued == nil {
+		return
+	}
+	r := k.groupRing(t)
+	if r == nil || !k.joinBalanced(r, 0) {
+		k.endRing() // it would wait for vCPUs the rings keep, perhaps for as long as they are open
 		return
 	}
 	q := t.queued
@@ -278,28 +357,54 @@ func (k *Kernelet) ringPark(t *Task) {
 
 // ringRefill gives free vCPU v back to the open ring, with a parked member (k.mu held).
 func (k *Kernelet) ringRefill(v *VCPU) {
-	r := k.ring
-	if r == nil || v.retiring || !v.free() {
+	r := v.home
+	if len(k.delegated) == 0 || r == nil || v.retiring || !v.free() {
 		return
 	}
 	if g := r.ops.Grow(v); g != nil {
 		v.ring = true
 		r.vcpus = append(r.vcpus, v)
+		return
+	}
+	for _, x := range k.delegated {
+		if len(x.members) > len(x.vcpus) {
+			k.endRing() // v would idle while another ring's members wait: all are handed out afresh
+			return
+		}
 	}
 }
 
-// endRing takes a ring's vCPUs and tasks back (k.mu held): each attached vCPU goes to the task
+// endRing takes every ring's vCPUs and tasks back (k.mu held): each attached vCPU goes to the task
 // its runner holds now, the other members wait parked, behind in the order of their virtual
 // runtimes as before the ring (they all ran alike meanwhile). The ticker is started again after
 // the lock is released, as tasks wait.
 func (k *Kernelet) endRing() {
-	r := k.ring
-	if r == nil {
+	if len(k.delegated) == 0 {
 		return
 	}
-	k.ring = nil
+	rings := k.delegated
+	k.delegated = nil
 	k.ringOpen.Store(false)
 	now := k.now()
+	for _, r := range rings {
+		k.closeRing(r, now)
+	}
+	for _, v := range k.vcpus {
+		v.home = nil
+		if v.taken && v.holder == nil {
+			v.taken = false // its member ended before it could give it up
+		}
+		if v.free() {
+			k.dispatch(v)
+		}
+	}
+	if k.waiting > 0 && k.onWait != nil {
+		go k.onWait() // the ticker; it takes locks of its own
+	}
+}
+
+// closeRing is endRing's part for one ring r: its vCPUs and members go back to the kernelet.
+func (k *Kernelet) closeRing(r *ring, now int64) {
 	k.rings.Closed++
 	k.rings.Open += time.Duration(now - r.start)
 	got := r.ops.Close(r.vcpus)
@@ -337,17 +442,41 @@ func (k *Kernelet) endRing() {
 		}
 		k.enqueue(v, t)
 	}
-	for _, v := range k.vcpus {
-		if v.taken && v.holder == nil {
-			v.taken = false // its member ended before it could give it up
-		}
-		if v.free() {
-			k.dispatch(v)
+}
+
+// ringOf is the open ring t is a member of, or nil (k.mu held).
+func (k *Kernelet) ringOf(t *Task) *ring {
+	for _, r := range k.delegated {
+		if r.members[t] {
+			return r
 		}
 	}
-	if k.waiting > 0 && k.onWait != nil {
-		go k.onWait() // the ticker; it takes locks of its own
+	return nil
+}
+
+// groupRing is the open ring whose members t is an equal of, or nil (k.mu held).
+func (k *Kernelet) groupRing(t *Task) *ring {
+	for _, r := range k.delegated {
+		if k.equalOf(r.proto, t, r.same) {
+			return r
+		}
 	}
+	return nil
+}
+
+// joinBalanced reports whether r may take one member more, with dVCPUs vCPUs more, and stay
+// balanced with the other open rings (k.mu held).
+func (k *Kernelet) joinBalanced(r *ring, dVCPUs int) bool {
+	if len(k.delegated) == 1 {
+		return true
+	}
+	return balanced(len(k.delegated), func(i int) (int, int) {
+		x := k.delegated[i]
+		if x == r {
+			return len(x.members) + 1, len(x.vcpus) + dVCPUs
+		}
+		return len(x.members), len(x.vcpus)
+	})
 }
 
 // memberVr is a member's virtual runtime now: equals taking turns ran alike, each its share of
@@ -375,7 +504,7 @@ func compareSeq(a, b *Task) int {
 // taken back, as the kernelet cannot tell where it runs.
 func (k *Kernelet) lockMember(t *Task) {
 	k.mu.Lock()
-	if t.ringed && k.ring != nil {
+	if t.ringed && len(k.delegated) != 0 {
 		k.endRing()
 	}
 }
@@ -384,7 +513,7 @@ func (k *Kernelet) lockMember(t *Task) {
 // affinity, vCPUs), taking the ring back first.
 func (k *Kernelet) lockTaking() {
 	k.mu.Lock()
-	if k.ring != nil {
+	if len(k.delegated) != 0 {
 		k.endRing()
 	}
 }

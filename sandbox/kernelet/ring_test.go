@@ -179,7 +179,7 @@ func TestDelegateAndTakeBack(t *testing.T) {
 	require.True(t, h.Parked())
 	require.True(t, parkedGot[1].Parked())
 	k.mu.Lock()
-	require.Nil(t, k.ring)
+	require.Empty(t, k.delegated)
 	require.Same(t, next, v.holder)
 	require.False(t, v.ring)
 	for _, x := range []*Task{a, b, c} {
@@ -210,17 +210,17 @@ func TestMemberLeavesAndJoins(t *testing.T) {
 	require.Same(t, v, acquireNow(t, b), "b trapped: it holds its runner's vCPU")
 	require.Zero(t, s.closed, "the ring stays")
 	k.mu.Lock()
-	require.NotNil(t, k.ring)
+	require.Len(t, k.delegated, 1)
 	require.Same(t, b, v.holder)
 	require.False(t, b.ringed)
-	require.Empty(t, k.ring.vcpus)
+	require.Empty(t, k.delegated[0].vcpus)
 	k.mu.Unlock()
 
 	b.JoinRing() // back to tenant code
 	require.Same(t, b, s.on[v])
 	k.mu.Lock()
 	require.True(t, b.ringed)
-	require.Equal(t, []*VCPU{v}, k.ring.vcpus)
+	require.Equal(t, []*VCPU{v}, k.delegated[0].vcpus)
 	k.mu.Unlock()
 
 	s.rotate(v) // c runs; it traps and blocks: the vCPU goes to the next member, a
@@ -258,7 +258,7 @@ func TestMemberLeavesWithItsShare(t *testing.T) {
 	r := ringOfThree(t)
 	k, now, v, s, b := r.k, r.now, r.v, r.s, r.parked[0]
 	k.mu.Lock()
-	start := k.ring.vr
+	start := k.delegated[0].vr
 	k.mu.Unlock()
 	s.rotate(v) // b runs
 	now.Add(6 * int64(Slice))
@@ -412,4 +412,104 @@ func TestTakenVCPUIsAskedForAgain(t *testing.T) {
 	k.Overdue()
 	require.Len(t, s.shrunk, 2, "nobody is asked for a vCPU held")
 	exitAll(t, k, x, y, z, w)
+}
+
+// twoGroups holds two vCPUs, one by a task of each group in tenant code, and one more task of
+// each group parked behind them.
+func twoGroups(t *testing.T, k *Kernelet, now *atomic.Int64, a1, a2, b1, b2 *Task) {
+	t.Helper()
+	a1.Acquire()
+	b1.Acquire()
+	gotA, gotB := acquireAsync(t, k, a2), acquireAsync(t, k, b2)
+	now.Add(int64(Slice))
+	require.True(t, a1.PreemptedPark(func() {}))
+	require.True(t, b1.PreemptedPark(func() {}))
+	<-gotA
+	<-gotB
+	require.True(t, a1.Parked())
+	require.True(t, b1.Parked())
+	a2.InTenant.Store(true)
+	b2.InTenant.Store(true)
+}
+
+// Two processes' equal tasks, each holding one of two vCPUs with the rest of its process parked
+// behind, go to two rings, one a process: nothing waits for the ticker any more, and a ring's
+// vCPU serves only its own members. Spread unalike (three tasks on one vCPU against one on the
+// other), they stay with the kernelet.
+func TestDelegateRingPerGroup(t *testing.T) {
+	k, now := clockedK(t, 2)
+	logRuns(k)
+	a1, a2, b1, b2 := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
+	twoGroups(t, k, now, a1, a2, b1, b2)
+	type opened struct {
+		held, parked []*Task
+		vcpus        []*VCPU
+		s            *stubRing
+	}
+	var rings []opened
+	open := func(held []*Task, vcpus []*VCPU, parked []*Task) (RingOps, bool) {
+		s := newStubRing(held, parked)
+		rings = append(rings, opened{held, parked, vcpus, s})
+		return s, true
+	}
+	require.True(t, k.Delegate(sameGroup, open))
+	require.Len(t, rings, 2, "a ring a process")
+	for _, r := range rings {
+		require.Len(t, r.held, 1)
+		require.Len(t, r.vcpus, 1)
+		require.Len(t, r.parked, 1)
+		require.True(t, sameGroup(r.held[0], r.parked[0]), "a ring holds one process's tasks: %v %v", r.held[0].Owner, r.parked[0].Owner)
+	}
+	require.NotSame(t, rings[0].vcpus[0], rings[1].vcpus[0])
+	_, _, waiting := k.Overdue()
+	require.False(t, waiting, "the rings' tasks wait for no ticker")
+	require.Equal(t, Stats{VCPUs: 2, Held: 2, Tasks: 4}, k.Stats())
+	require.Equal(t, 2, k.RingStats().Opened)
+
+	// A member that traps and blocks gives its vCPU back to its own ring, with its parked member.
+	r := rings[0]
+	m := r.held[0]
+	require.Same(t, r.vcpus[0], m.Acquire(), "a member that traps leaves with its runner's vCPU")
+	m.Release()
+	require.Equal(t, r.parked[0], r.s.on[r.vcpus[0]], "the vCPU went back to the ring with its parked member")
+	require.Empty(t, rings[1].s.shrunk)
+
+	// A change of priority takes both rings back.
+	a1.SetNice(0, false)
+	require.Equal(t, 1, rings[0].s.closed)
+	require.Equal(t, 1, rings[1].s.closed)
+	require.Equal(t, RingStats{Opened: 2, Closed: 2}, k.RingStats())
+	m.Exit()
+	for _, x := range []*Task{a1, a2, b1, b2} {
+		if x != m {
+			x.Exit()
+		}
+	}
+	require.Equal(t, Stats{VCPUs: 2}, k.Stats())
+
+	k, now = clockedK(t, 2)
+	logRuns(k)
+	a1, a2, b1, b2 = k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
+	a3, a4 := k.NewTask("a3"), k.NewTask("a4")
+	twoGroups(t, k, now, a1, a2, b1, b2)
+	for _, x := range []*Task{a3, a4} {
+		got := acquireAsync(t, k, x)
+		now.Add(int64(Slice))
+		var h *Task
+		k.mu.Lock()
+		for _, v := range k.vcpus {
+			if v.holder != nil && sameGroup(v.holder, x) {
+				h = v.holder
+			}
+		}
+		k.mu.Unlock()
+		require.NotNil(t, h)
+		require.True(t, h.PreemptedPark(func() {}))
+		<-got
+		x.InTenant.Store(true)
+	}
+	rings = nil
+	require.False(t, k.Delegate(sameGroup, open), "a's four tasks on one vCPU against b's two on the other")
+	require.Empty(t, rings)
+	exitAll(t, k, a1, a2, a3, a4, b1, b2)
 }
