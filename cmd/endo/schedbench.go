@@ -239,6 +239,7 @@ type fairRun struct {
 	stolenMs         float64 // the sandbox carriers' stolen time, whole run
 	askedAgain       int     // vCPUs asked of a ring again: its runner's member had not trapped
 	between          int     // slice-end switches from one process to another
+	opened, closed   int     // rings of equal tasks opened and taken back, whole run
 	startS           float64 // from the sandbox's start until every tenant thread was up
 	steal            float64 // processors the hypervisor ran something else on, over the window
 	others           float64 // processors the guest spent outside the two cgroups (busy, not idle)
@@ -343,7 +344,8 @@ func schedFair(args []string) int {
 				status = 1
 				continue
 			}
-			probe := fmt.Sprintf(", probe %d, switches between processes %d, ring vCPUs asked again %d", res.mostRunnable, res.between, res.askedAgain)
+			probe := fmt.Sprintf(", probe %d, switches between processes %d, rings opened %d, taken back %d, ring vCPUs asked again %d",
+				res.mostRunnable, res.between, res.opened, res.closed, res.askedAgain)
 			if r.native {
 				probe = ""
 			}
@@ -395,7 +397,9 @@ func schedFair(args []string) int {
 		"With a lock: one thread holds a pthread mutex for 10 ms at a time, 4 more take it between 1 ms bursts of work.\n"+
 		"In 2 processes: a process and its child run 25 of the busy threads each; at a slice's end a vCPU stays with\n"+
 		"  its process while that has a thread within a slice of the best waiter, so the two mostly settle one on each\n"+
-		"  vCPU (switches between processes: how often a vCPU went to the other process in the whole run).\n"+
+		"  vCPU (switches between processes: how often a vCPU went to the other process in the whole run), and then\n"+
+		"  each process's threads take turns in a ring of their own, timed by its stub (rings opened, taken back:\n"+
+		"  in the whole run, on the stderr lines; the last ones are taken back at the end).\n"+
 		"probe max: the most of the sandbox's tasks Linux had runnable at once (endo run --probe: a sample every ms,\n"+
 		"  less often when samples cost more than 1/%d of a CPU, which gives a few samples a second with 50 tasks;\n"+
 		"  on cgroup v1 the probe's thread runs outside the sandbox's cgroup, so that its sampling neither takes\n"+
@@ -603,6 +607,10 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	if m := switchesLine.FindStringSubmatch(endo.stderr.String()); m != nil {
 		res.between, _ = strconv.Atoi(m[1])
 	}
+	if m := ringsLine.FindStringSubmatch(endo.stderr.String()); m != nil {
+		res.opened, _ = strconv.Atoi(m[1])
+		res.closed, _ = strconv.Atoi(m[2])
+	}
 	return res, nil
 }
 
@@ -690,6 +698,7 @@ func waitForPid(pod *cgroupfair.Pod, pid int, limit time.Duration) error {
 var (
 	askedLine    = regexp.MustCompile(`vCPUs asked of a ring again (\d+) times`)
 	switchesLine = regexp.MustCompile(`slice-end switches: \d+ within a process, (\d+) between processes`)
+	ringsLine    = regexp.MustCompile(`rings of equal tasks: opened (\d+) times, taken back (\d+) times`)
 )
 
 var probeLine = regexp.MustCompile(`probe: at most (\d+) tasks runnable.*stolen time ([0-9.]+) ms`)
