@@ -513,3 +513,39 @@ func TestDelegateRingPerGroup(t *testing.T) {
 	require.Empty(t, rings)
 	exitAll(t, k, a1, a2, a3, a4, b1, b2)
 }
+
+// A vCPU let go of whose ring has no parked member left does not idle while another ring's
+// members wait for their turns: the rings are taken back, and it serves them.
+func TestRingVCPUDoesNotIdleBesideAnotherRing(t *testing.T) {
+	k, now := clockedK(t, 2)
+	runs := logRuns(k)
+	a1, a2, b1, b2 := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
+	twoGroups(t, k, now, a1, a2, b1, b2)
+	stubs := map[*Task]*stubRing{}
+	open := func(held []*Task, vcpus []*VCPU, parked []*Task) (RingOps, bool) {
+		s := newStubRing(held, parked)
+		stubs[held[0]] = s
+		return s, true
+	}
+	require.True(t, k.Delegate(sameGroup, open))
+	var m *Task
+	var s *stubRing
+	for h, x := range stubs {
+		if h.Owner.(string)[0] == 'a' {
+			m, s = h, x
+		}
+	}
+	require.NotNil(t, m)
+	v := m.Acquire()
+	// Its stub finds no parked context to run (as when the tenant wrote over the ring).
+	s.queue = nil
+	before := len(runs.get())
+	m.Release()
+	require.Equal(t, 2, k.RingStats().Closed, "both rings are taken back")
+	k.mu.Lock()
+	holder := v.holder
+	k.mu.Unlock()
+	require.NotNil(t, holder, "the vCPU serves a waiting task")
+	require.Greater(t, len(runs.get()), before, "a parked task was resumed on it")
+	exitAll(t, k, a1, a2, b1, b2)
+}
