@@ -234,19 +234,27 @@ func cpusetSize(s string) (int, error) {
 // LeaveWithThread moves the calling thread, and no other thread of its process, to the root of
 // the cgroup v1 hierarchies of the cpu and cpuacct controllers: a measuring thread (endo run
 // --probe) then neither takes from the CPU share of the pod it observes nor counts as the pod's
-// use, and the kernel's preemption ticker's wake-ups no longer tilt Linux's division of CPU
-// towards the pod (sandbox/kernel: tickerThread). The caller must hold its OS thread (runtime.LockOSThread) for as long as that matters. On
+// use. The caller must hold its OS thread (runtime.LockOSThread) for as long as that matters. On
 // v2, a thread can leave its process's cgroup only inside a threaded subtree: it reports an
 // error and moves nothing.
-func LeaveWithThread() error {
+func LeaveWithThread() error { return ThreadLeaves(unix.Gettid()) }
+
+// ThreadLeaves is LeaveWithThread for thread tid of the calling process, from any of its threads:
+// the kernel's preemption ticker, whose wake-ups no longer tilt Linux's division of CPU towards
+// the pod (sandbox/kernel: tickerThread), is moved so without waiting for the move, which takes
+// up to half a second on a busy host.
+func ThreadLeaves(tid int) error {
 	if unified() {
 		return errors.New("cgroup v2: a thread cannot leave its process's cgroup")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
+		return fmt.Errorf("thread %d is not this process's: %w", tid, err)
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
-	tid := []byte(strconv.Itoa(unix.Gettid()))
+	id := []byte(strconv.Itoa(tid))
 	moved := 0
 	for _, line := range strings.Split(string(mounts), "\n") {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS
@@ -259,7 +267,7 @@ func LeaveWithThread() error {
 		if !slices.Contains(opts, "cpu") && !slices.Contains(opts, "cpuacct") {
 			continue
 		}
-		if err := os.WriteFile(path.Join(f[4], "tasks"), tid, 0); err != nil {
+		if err := os.WriteFile(path.Join(f[4], "tasks"), id, 0); err != nil {
 			return fmt.Errorf("move thread to %s: %w", f[4], err)
 		}
 		moved++

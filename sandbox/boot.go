@@ -77,7 +77,7 @@ func Boot(ctx context.Context, opts Options) error {
 		VCPUs:       opts.VCPUs,
 		Hostname:    opts.Hostname,
 		Log:         logf,
-		LeaveCgroup: cgroupfair.LeaveWithThread,
+		LeaveCgroup: cgroupfair.ThreadLeaves,
 	})
 	if err != nil {
 		logf("kernel: %v", err)

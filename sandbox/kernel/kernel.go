@@ -609,9 +609,14 @@ func (k *Kernel) tickerThread() {
 	runtime.LockOSThread()
 	os.WriteFile("/proc/thread-self/comm", []byte("endo-ticker"), 0) // for ps -L; best effort
 	if k.cfg.LeaveCgroup != nil {
-		if err := k.cfg.LeaveCgroup(); err != nil {
-			k.cfg.Log("the preemption ticker stays in the pod's cgroup: %v", err)
-		}
+		// From another thread: the move waits for the host (up to 0.44 s beside busy loops), and
+		// the ticker should not.
+		tid := unix.Gettid()
+		go func() {
+			if err := k.cfg.LeaveCgroup(tid); err != nil {
+				k.cfg.Log("the preemption ticker stays in the pod's cgroup: %v", err)
+			}
+		}()
 	}
 	for range k.ticker {
 		k.preemptLoop()
