@@ -90,7 +90,7 @@ func TestRunInCgroup(t *testing.T) {
 // The preemption ticker's thread leaves the pod's cgroup (v1), and nothing else of the sandbox
 // does: its wake-ups do no tenant's work and, inside, tilted Linux's division of CPU towards the
 // pod (sandbox/kernel: tickerThread). Four busy threads in two processes on one vCPU keep it
-// ticking (no ring: two processes).
+// ticking (no ring: a process's ring needs a vCPU of its own).
 func TestTickerLeavesPodCgroup(t *testing.T) {
 	if cgroups.Mode() == cgroups.Unified {
 		t.Skip("cgroup v2: a thread cannot leave its process's cgroup; the ticker stays")

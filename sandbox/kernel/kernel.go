@@ -596,9 +596,10 @@ func (k *Kernel) wantPreempt() {
 // run on. Traced with 50 busy threads in one process and the ring turned off, 0.2 s windows with
 // no such wake-up split that CPU 0.50 to 0.50, those with 20-110 gave the pod 0.55-0.92; the
 // sibling's share of a 10 s window was 0.78-0.91 (10 runs), and 0.99-1.04 (4 runs) with the ticker
-// and the Go runtime's monitor out of the pod. 50 busy threads in two processes (no ring opens)
-// beside a sibling cgroup of equal weight, 6 interleaved pairs: the sibling's share 0.89-0.99
-// (mean 0.940) with the ticker in the pod, 0.959-0.985 (mean 0.976) out of it.
+// and the Go runtime's monitor out of the pod. 50 busy threads in two processes beside a sibling
+// cgroup of equal weight, before each process got a ring of its own (the ticker ran throughout),
+// 6 interleaved pairs: the sibling's share 0.89-0.99 (mean 0.940) with the ticker in the pod,
+// 0.959-0.985 (mean 0.976) out of it.
 //
 // The monitor stays: threads it starts would inherit its cgroup, and run carriers and start stubs
 // outside the pod.
