@@ -4,8 +4,8 @@
 // through github.com/containerd/cgroups/v3.
 //
 // It must never move a process that is not the pod's sandbox (or its stubs, which follow it), nor
-// a thread but one of the sandbox's own that does no tenant's work (LeaveWithThread: a measuring
-// thread, the kernel's preemption ticker), and never delete a cgroup it did not create.
+// a thread but a measuring one of the sandbox itself (LeaveWithThread), and never delete a cgroup
+// it did not create.
 package cgroupfair
 
 import (
@@ -237,24 +237,15 @@ func cpusetSize(s string) (int, error) {
 // use. The caller must hold its OS thread (runtime.LockOSThread) for as long as that matters. On
 // v2, a thread can leave its process's cgroup only inside a threaded subtree: it reports an
 // error and moves nothing.
-func LeaveWithThread() error { return ThreadLeaves(unix.Gettid()) }
-
-// ThreadLeaves is LeaveWithThread for thread tid of the calling process, from any of its threads:
-// the kernel's preemption ticker, whose wake-ups no longer tilt Linux's division of CPU towards
-// the pod (sandbox/kernel: tickerThread), is moved so without waiting for the move, which takes
-// up to half a second on a busy host.
-func ThreadLeaves(tid int) error {
+func LeaveWithThread() error {
 	if unified() {
 		return errors.New("cgroup v2: a thread cannot leave its process's cgroup")
-	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
-		return fmt.Errorf("thread %d is not this process's: %w", tid, err)
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
-	id := []byte(strconv.Itoa(tid))
+	tid := []byte(strconv.Itoa(unix.Gettid()))
 	moved := 0
 	for _, line := range strings.Split(string(mounts), "\n") {
 		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS...] - FSTYPE SOURCE SUPEROPTS
@@ -267,7 +258,7 @@ func ThreadLeaves(tid int) error {
 		if !slices.Contains(opts, "cpu") && !slices.Contains(opts, "cpuacct") {
 			continue
 		}
-		if err := os.WriteFile(path.Join(f[4], "tasks"), id, 0); err != nil {
+		if err := os.WriteFile(path.Join(f[4], "tasks"), tid, 0); err != nil {
 			return fmt.Errorf("move thread to %s: %w", f[4], err)
 		}
 		moved++

@@ -98,7 +98,6 @@ func TestLeaveWithThread(t *testing.T) {
 		require.Error(t, LeaveWithThread())
 		return
 	}
-	require.ErrorContains(t, ThreadLeaves(1), "not this process's", "init is no thread of the test's")
 	dirs := []string{"/sys/fs/cgroup/cpu/endo-test-leave", "/sys/fs/cgroup/cpuacct/endo-test-leave"}
 	for _, d := range dirs {
 		require.NoError(t, os.MkdirAll(d, 0o755))

@@ -14,7 +14,6 @@ import (
 	"os"
 	goruntime "runtime"
 
-	"github.com/endovisor/endo/cgroupfair"
 	"github.com/endovisor/endo/runtime"
 	"github.com/endovisor/endo/sandbox/control"
 	"github.com/endovisor/endo/sandbox/kernel"
@@ -77,7 +76,6 @@ func Boot(ctx context.Context, opts Options) error {
 		VCPUs:       opts.VCPUs,
 		Hostname:    opts.Hostname,
 		Log:         logf,
-		LeaveCgroup: cgroupfair.ThreadLeaves,
 	})
 	if err != nil {
 		logf("kernel: %v", err)

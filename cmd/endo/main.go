@@ -131,8 +131,7 @@ func run(args []string) int {
 	if *verbose {
 		logf = func(format string, a ...any) { fmt.Fprintf(os.Stderr, "endo: "+format+"\n", a...) }
 	}
-	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf, NoCallPatching: *noPatch,
-		LeaveCgroup: cgroupfair.ThreadLeaves})
+	k, err := kernel.New(kernel.Config{MemoryBytes: *memory, VCPUs: *cpus, Log: logf, NoCallPatching: *noPatch})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "endo: %v\n", err)
 		return exitEndoError

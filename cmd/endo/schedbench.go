@@ -403,12 +403,10 @@ func schedFair(args []string) int {
 		"probe max: the most of the sandbox's tasks Linux had runnable at once (endo run --probe: a sample every ms,\n"+
 		"  less often when samples cost more than 1/%d of a CPU, which gives a few samples a second with 50 tasks;\n"+
 		"  on cgroup v1 the probe's thread runs outside the sandbox's cgroup, so that its sampling neither takes\n"+
-		"  from nor counts as the sandbox's CPU; so does the kernel's preemption ticker, whose wake-ups tilted\n"+
-		"  Linux's division towards the sandbox);\n"+
+		"  from nor counts as the sandbox's CPU);\n"+
 		"steal, others: processors the hypervisor took from the guest (/proc/stat's steal), and the guest spent\n"+
-		"  outside the two cgroups (this benchmark, the probe and ticker, the host's daemons), both over the window;\n"+
-		"  the goal is judged on the share of what the host gave (of fair, no steal), which a busy neighbour VM\n"+
-		"  cannot move;\n"+
+		"  outside the two cgroups (this benchmark, the probe, the host's daemons), both over the window; the goal\n"+
+		"  is judged on the share of what the host gave (of fair, no steal), which a busy neighbour VM cannot move;\n"+
 		"stolen: how long the sandbox's carriers waited in a host run queue over the whole run (probe line);\n"+
 		"threads up: from the sandbox's start until the tenant had made all its threads; each window starts 1 s after.\n"+
 		"Linux rows: the same tenant run natively in the sandbox's cgroup, what Linux alone gives the sibling: with 2\n"+

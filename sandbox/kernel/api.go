@@ -21,10 +21,6 @@ type Config struct {
 	// NoCallPatching keeps every system call on the trapping path: call sites of tenant code are
 	// never rewritten to enter the sandbox without a signal (for comparison and diagnosis).
 	NoCallPatching bool
-	// LeaveCgroup, if not nil, moves thread tid of the sandbox out of the pod's cgroup
-	// (cgroupfair.ThreadLeaves). The kernel calls it for its preemption ticker's thread, which
-	// does no tenant's work and runs nothing else.
-	LeaveCgroup func(tid int) error
 }
 
 // Mount makes a host directory or file visible at Dest inside a container.

@@ -8,7 +8,6 @@ package kernel
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"sort"
@@ -48,7 +47,6 @@ type Kernel struct {
 	unimpl     map[uint64]int
 	releasing  sync.WaitGroup // processes whose memory is being given back
 	preempting bool           // the preemption ticker runs (guarded by mu)
-	ticker     chan struct{}  // starts the ticker's thread's next run (nil: no thread yet; mu)
 	probe      *probe
 	stolen     stolenBook  // the carriers' run-queue wait (probe.go)
 	goProcs    runtimeSize // the Go runtime's P count (weight.go)
@@ -119,9 +117,6 @@ func (k *Kernel) Close() error {
 		return nil
 	}
 	k.closed = true
-	if k.ticker != nil {
-		close(k.ticker) // its thread ends after the run under way, if any
-	}
 	procs := make([]*Process, 0, len(k.procs))
 	for _, p := range k.procs {
 		procs = append(procs, p)
@@ -578,58 +573,14 @@ func (k *Kernel) wantPreempt() {
 		return
 	}
 	k.preempting = true
-	if k.ticker == nil {
-		k.ticker = make(chan struct{}, 1)
-		go k.tickerThread()
-	}
-	select {
-	case k.ticker <- struct{}{}:
-	default: // a start is pending already
-	}
-}
-
-// tickerThread runs the preemption ticker (preemptLoop) whenever wantPreempt asks, on one OS
-// thread of its own for the kernel's life, out of the pod's cgroup where the kernel's caller
-// allows it (Config.LeaveCgroup). Its wake-ups do no tenant's work, and in the pod's cgroup they
-// bent Linux's division of CPU between cgroups towards the pod: a wake-up of one of the pod's
-// threads on a CPU where a vCPU thread runs beside a neighbour's busy thread lets the vCPU thread
-// run on. Traced with 50 busy threads in one process and the ring turned off, 0.2 s windows with
-// no such wake-up split that CPU 0.50 to 0.50, those with 20-110 gave the pod 0.55-0.92; the
-// sibling's share of a 10 s window was 0.78-0.91 (10 runs), and 0.99-1.04 (4 runs) with the ticker
-// and the Go runtime's monitor out of the pod. 50 busy threads in two processes beside a sibling
-// cgroup of equal weight, before each process got a ring of its own (the ticker ran throughout),
-// 6 interleaved pairs: the sibling's share 0.89-0.99 (mean 0.940) with the ticker in the pod,
-// 0.959-0.985 (mean 0.976) out of it.
-//
-// The monitor stays: threads it starts would inherit its cgroup, and run carriers and start stubs
-// outside the pod.
-//
-// The goroutine never lets its thread go: one moved out of the pod must run nothing else. It
-// ends, and its thread with it, when the kernel closes.
-func (k *Kernel) tickerThread() {
-	runtime.LockOSThread()
-	os.WriteFile("/proc/thread-self/comm", []byte("endo-ticker"), 0) // for ps -L; best effort
-	if k.cfg.LeaveCgroup != nil {
-		// From another thread: the move waits for the host (up to 0.44 s beside busy loops), and
-		// the ticker should not.
-		tid := unix.Gettid()
-		go func() {
-			if err := k.cfg.LeaveCgroup(tid); err != nil {
-				k.cfg.Log("the preemption ticker stays in the pod's cgroup: %v", err)
-			}
-		}()
-	}
-	for range k.ticker {
-		k.preemptLoop()
-	}
+	go k.preemptLoop()
 }
 
 // preemptLoop makes every holder that the kernelet finds overdue trap (the preemption signal to
 // its stub thread): an equal has waited while it ran a whole slice, or it holds a vCPU it may no
 // longer use. The trap makes it call Preempted, which gives the vCPU to the best waiting task.
-// It returns once no task waits. The waiting check and the clearing of k.preempting are both
-// under k.mu, and a task queues before it calls wantPreempt, so no waiter is left without the
-// ticker.
+// The waiting check and the clearing of k.preempting are both under k.mu, and a task queues
+// before it calls wantPreempt, so no waiter is left without the ticker.
 //
 // The ticker runs at the sandbox's own low weight, not the carriers' (weight.go): it wakes every
 // tickEvery, and at nice 0 each wake-up counted on the pod's side as a runnable thread more.
