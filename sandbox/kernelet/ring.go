@@ -120,13 +120,13 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, 
 	var first *Task
 	for _, v := range k.vcpus {
 		h := v.holder
-		if v.retiring || v.lent || h == nil || !h.InTenant.Load() || !k.equalOf(h, h, same) {
+		if v.retiring || v.lent || h == nil || !h.InTenant.Load() {
 			return false
 		}
 		if first == nil {
 			first = h
 		}
-		if !k.equalOf(first, h, anyGroup) {
+		if !k.equalOf(first, h, anyGroup) { // the first too: it may be no ordinary task
 			return false
 		}
 		g := groupOf(h)
