@@ -549,3 +549,38 @@ func TestRingVCPUDoesNotIdleBesideAnotherRing(t *testing.T) {
 	require.Greater(t, len(runs.get()), before, "a parked task was resumed on it")
 	exitAll(t, k, a1, a2, b1, b2)
 }
+
+// A task that got another ring's vCPU (it took one from its own ring, and the other ring's member
+// let go of its vCPU first) does not join its own ring with it, which would leave the other ring
+// short: going back to tenant code it takes all the rings back.
+func TestForeignVCPUTakesTheRingsBack(t *testing.T) {
+	k, now := clockedK(t, 2)
+	logRuns(k)
+	a1, a2, b1, b2 := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
+	a3 := k.NewTask("a3")
+	twoGroups(t, k, now, a1, a2, b1, b2)
+	stubs := map[byte]*stubRing{}
+	holders := map[byte]*Task{}
+	open := func(held []*Task, vcpus []*VCPU, parked []*Task) (RingOps, bool) {
+		s := newStubRing(held, parked)
+		g := held[0].Owner.(string)[0]
+		stubs[g], holders[g] = s, held[0]
+		return s, true
+	}
+	require.True(t, k.Delegate(sameGroup, open))
+	got := acquireAsync(t, k, a3) // takes a's vCPU: a's member on it is asked to trap
+	require.Len(t, stubs['a'].shrunk, 1)
+	vA := stubs['a'].shrunk[0]
+	mb := holders['b']
+	vB := mb.Acquire() // b's member traps first, and lets its vCPU go
+	mb.Release()
+	require.Same(t, vB, within(t, got), "a3 got b's vCPU")
+	require.Zero(t, k.RingStats().Closed)
+	a3.InTenant.Store(true)
+	a3.JoinRing()
+	require.Equal(t, 2, k.RingStats().Closed, "a3 with b's vCPU takes the rings back")
+	ma := holders['a']
+	require.Same(t, vA, ma.Acquire(), "a's member traps at last, with its runner's vCPU")
+	ma.Release()
+	exitAll(t, k, a1, a2, a3, b1, b2)
+}
