@@ -91,14 +91,15 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	samples, _ := strconv.Atoi(m[3])
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
 	require.LessOrEqual(t, float64(over), 0.06*float64(samples), got.stderr)
-	// --report: the processes' rings were open for most of the run (two rings over 3 s: up to
-	// 6 s in all), and the kernelet's own slice-end switches mostly stayed within a process.
+	// --report: the processes' rings were open for much of the run (two rings over 3 s: up to
+	// 6 s in all, 4.4-5.6 s seen; the bound leaves room for a slow start on a busy host), and the
+	// kernelet's own slice-end switches mostly stayed within a process.
 	r := regexp.MustCompile(`rings of equal tasks: opened (\d+) times, taken back \d+ times, open ([0-9.]+) s`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, r, got.stderr)
 	opened, _ := strconv.Atoi(r[1])
 	open, _ := strconv.ParseFloat(r[2], 64)
 	require.GreaterOrEqual(t, opened, 2, "a ring a process: %s", got.stderr)
-	require.GreaterOrEqual(t, open, 3.0, got.stderr)
+	require.GreaterOrEqual(t, open, 2.0, got.stderr)
 	sw := regexp.MustCompile(`slice-end switches: (\d+) within a process, (\d+) between processes`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, sw, got.stderr)
 	within, _ := strconv.Atoi(sw[1])
