@@ -141,7 +141,7 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, 
 	for _, v := range k.vcpus {
 		for _, t := range v.queue {
 			g := groupOf(t)
-			if !t.parked || g == nil || !k.equalOf(g.held[0], t, same) {
+			if !t.parked || g == nil || !k.equalOf(g.held[0], t, anyGroup) { // same: groupOf
 				return false
 			}
 			g.parked = append(g.parked, t)
@@ -221,11 +221,12 @@ func balanced(n int, of func(i int) (members, vcpus int)) bool {
 // processes of 25 busy threads each on 2 vCPUs share exactly; of 25 and 24, by 4%.
 const ringSpread = 0.05
 
-// ringAcquire serves Acquire while a ring is open (k.mu held). A member that trapped leaves the
+// ringAcquire serves Acquire while rings are open (k.mu held). A member that trapped leaves its
 // ring with its runner's vCPU (returned in v). A task that finds no free vCPU takes one from the
-// ring if it is an equal: it is queued on it (queued), or, new and able to (park), joins the ring
-// parked (parked). handled is false when the caller is to go on as without a ring: a vCPU is
-// free, or the ring gives none, or was taken back (the task is no equal).
+// ring of its process if it is an equal: it is queued on it (queued), or, new and able to (park),
+// joins that ring parked (parked). handled is false when the caller is to go on as without a
+// ring: a vCPU is free, or the ring gives none, or the rings were taken back (the task is no
+// equal of any, or would tip its ring beyond ringSpread).
 func (k *Kernelet) ringAcquire(t *Task, park func() bool) (v *VCPU, queued, parked, handled bool) {
 	if r := k.ringOf(t); t.ringed && r != nil {
 		// It ran its share of the ring's time as the others did. A member that left with its
@@ -500,7 +501,7 @@ func compareSeq(a, b *Task) int {
 }
 
 // lockMember locks the kernelet for a call of a task that holds a vCPU outside any ring, or
-// none: the ring stays. Should the task be a member (its context still in the ring), the ring is
+// none: the rings stay. Should the task be a member (its context still in a ring), the rings are
 // taken back, as the kernelet cannot tell where it runs.
 func (k *Kernelet) lockMember(t *Task) {
 	k.mu.Lock()
@@ -510,7 +511,7 @@ func (k *Kernelet) lockMember(t *Task) {
 }
 
 // lockTaking locks the kernelet for a call that changes what a ring was opened for (priorities,
-// affinity, vCPUs), taking the ring back first.
+// affinity, vCPUs), taking the rings back first.
 func (k *Kernelet) lockTaking() {
 	k.mu.Lock()
 	if len(k.delegated) != 0 {
