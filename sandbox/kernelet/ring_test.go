@@ -584,3 +584,30 @@ func TestForeignVCPUTakesTheRingsBack(t *testing.T) {
 	ma.Release()
 	exitAll(t, k, a1, a2, a3, b1, b2)
 }
+
+// A task that parks while the rings are open, into a ring that would then be short (here one
+// with no vCPU left: its only runner's member trapped and holds it), takes the rings back rather
+// than wait in it for vCPUs the rings keep.
+func TestParkBeyondTheSpreadTakesTheRingsBack(t *testing.T) {
+	k, now := clockedK(t, 2)
+	logRuns(k)
+	a1, a2, b1, b2 := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
+	a3 := k.NewTask("a3")
+	twoGroups(t, k, now, a1, a2, b1, b2)
+	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
+		return newStubRing(held, parked), true
+	}))
+	vA := a2.Acquire() // a2 held a's vCPU; it traps and keeps it, outside the ring
+	got := acquireAsync(t, k, a3)
+	require.Zero(t, k.RingStats().Closed, "a3 waits for a vCPU; a's ring has none to give")
+	now.Add(int64(Slice))
+	require.True(t, a2.PreemptedPark(func() {}))
+	require.Equal(t, 2, k.RingStats().Closed, "a2 parked into a ring of no vCPU: the rings are taken back")
+	require.Same(t, vA, within(t, got), "a3 runs on the vCPU a2 gave way with")
+	require.True(t, a2.Parked())
+	k.mu.Lock()
+	queued := a2.queued != nil
+	k.mu.Unlock()
+	require.True(t, queued, "a2 waits in a run queue, as without a ring")
+	exitAll(t, k, a1, a2, a3, b1, b2)
+}
