@@ -532,7 +532,11 @@ func (f *fairBench) run(r fairRow) (res fairRun, err error) {
 	case <-up:
 		res.startS = time.Since(started).Seconds()
 	case <-endo.done:
-		return res, fmt.Errorf("endo run ended before the tenant's threads were up: %s", strings.TrimSpace(endo.stderr.String()))
+		who := "endo run"
+		if r.native {
+			who = "the native tenant"
+		}
+		return res, fmt.Errorf("%s ended (%v) before the tenant's threads were up: %s", who, endo.err, strings.TrimSpace(endo.stderr.String()))
 	case <-time.After(2 * time.Minute):
 		return res, errors.New("the tenant's threads were not up after 2 minutes")
 	}
