@@ -69,7 +69,7 @@ func (s *Stub) OpenRing(held, parked []*Thread) ([]int, bool) {
 		runners[i] = r
 	}
 	for _, t := range parked {
-		if t.stub != s || atomic.LoadUint32(t.state) != stateParked {
+		if t.stub != s || atomic.LoadUint32(t.state) != stateParked || t.parkedInCall.Load() {
 			return nil, false
 		}
 	}
@@ -159,7 +159,7 @@ func (s *Stub) RingPush(t *Thread) bool {
 	locked := s.lockRing()
 	defer s.unlockRing(locked)
 	head, tail := atomic.LoadUint32(s.ringU32(ringHead)), atomic.LoadUint32(s.ringU32(ringTail))
-	if tail-head >= ringSize || atomic.LoadUint32(t.state) != stateParked {
+	if tail-head >= ringSize || atomic.LoadUint32(t.state) != stateParked || t.parkedInCall.Load() {
 		return false
 	}
 	atomic.StoreUint32(s.ringU32(ringEnts+4*int(tail%ringSize)), uint32(t.index))
@@ -186,7 +186,7 @@ func (s *Stub) RingPop() *Thread {
 		if c >= sysmsgMaxThreads {
 			continue
 		}
-		if t := s.threads[c]; t != nil && atomic.LoadUint32(t.state) == stateParked {
+		if t := s.threads[c]; t != nil && atomic.LoadUint32(t.state) == stateParked && !t.parkedInCall.Load() {
 			atomic.StoreUint32(s.ringU32(ringHead), head+1)
 			return t
 		}

@@ -228,7 +228,7 @@ func (s *Stub) servePending(r int, order uint32) {
 	if to == nil {
 		return
 	}
-	if r >= 0 && atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), runNone, order) {
+	if r >= 0 && !to.parkedInCall.Load() && atomic.CompareAndSwapUint32(s.runnerU32(r, runCur), runNone, order) {
 		atomic.StoreUint32(to.runnerIdx, uint32(r))
 		if !atomic.CompareAndSwapUint32(to.state, stateParked, stateResume) {
 			atomic.StoreUint32(to.runnerIdx, runNone)
@@ -329,7 +329,7 @@ func Spawn(grant *os.File, calls *Calls) (*Stub, *Thread, error) {
 	// The first trap is the boot ping; wait for it with a deadline, so that a stub that
 	// dies or hangs at start is an error, not a hang.
 	booted := make(chan error, 1)
-	go func() { booted <- t.wait(0) }()
+	go func() { booted <- t.wait(0, true) }()
 	select {
 	case err = <-booted:
 	case <-time.After(10 * time.Second):

@@ -35,6 +35,10 @@ type Thread struct {
 	// SpinWhile, if set, must stay true for the sandbox side to keep spinning: the CPU it
 	// spins on is lent, and the lender may want it back before the window ends.
 	SpinWhile *atomic.Bool
+
+	// parkedInCall: parked at a patched call, whose thread still holds the context's FPU state
+	// and sleeps in stub_call: only that thread, its runner, may resume it.
+	parkedInCall atomic.Bool
 }
 
 func (s *Stub) newThread(i int) (*Thread, error) {
@@ -174,7 +178,7 @@ func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
 	if !t.post(stateTrapped, uint32(flags), stubSpin) {
 		return ErrStubDead
 	}
-	return t.wait(sandboxSpin)
+	return t.wait(sandboxSpin, true)
 }
 
 // Settle brings a thread stopped at a patched call (TrapCall) to a stop with its full state, so
@@ -245,9 +249,10 @@ func (t *Thread) post(from, flags uint32, stubSpin uint64) bool {
 		}
 		return false
 	}
+	t.parkedInCall.Store(false)
 	s.wakeRunner(r)
-	if atomic.LoadUint32(t.stubSleeping) != 0 {
-		futexWake(t.state) // a patched call's wait (stub_call) sleeps on the state word
+	if atomic.SwapUint32(t.stubSleeping, 0) != 0 {
+		futexWake(t.stubSleeping) // a patched call's wait (stub_call) sleeps on that word
 	}
 	if atomic.SwapUint32(t.kick, 0) != 0 {
 		// Kicked while in the sandbox: trap again at once (the runner is new, or the signal
@@ -267,10 +272,10 @@ const rawWaitNanos = 10_000_000
 // inTenant reports whether the context's state means it runs (or waits parked) in tenant code.
 func inTenant(st uint32) bool { return st == stateResume || st == stateParked }
 
-// wait spins for up to spin cycles, then sleeps: first keeping the P (a quick trap is likely),
-// then letting the runtime use it elsewhere. A context parked meanwhile is still in tenant code:
-// its carrier sleeps on until it traps.
-func (t *Thread) wait(spin uint64) error {
+// wait spins for up to spin cycles, then sleeps: first keeping the P if keepP (a quick trap is
+// likely), then letting the runtime use it elsewhere. A context parked meanwhile is still in
+// tenant code: its carrier sleeps on until it traps.
+func (t *Thread) wait(spin uint64, keepP bool) error {
 	if spin > 0 {
 		t0 := rdtsc()
 		for rdtsc()-t0 < spin {
@@ -290,7 +295,7 @@ func (t *Thread) wait(spin uint64) error {
 		if !inTenant(st) {
 			break
 		}
-		if i == 0 {
+		if i == 0 && keepP {
 			futexWaitRaw(t.state, st, &short)
 		} else {
 			futexWaitBlocking(t.state, st)
@@ -314,10 +319,27 @@ func (t *Thread) Parked() bool { return atomic.LoadUint32(t.state) == stateParke
 // Park saves a context stopped at a trap of tenant code (a preemption) off its runner, which goes
 // idle: the context waits parked until ResumeParked or a Switch to it, and its carrier may sleep
 // in Wait meanwhile. It reports whether it parked the context.
+//
+// A context stopped at a patched call (TrapCall) parks where it is instead: its FPU state is in
+// no slot but in its thread, asleep in stub_call, and only ResumeParked wakes it there. Patched
+// calls enter the sandbox so only while the context is its process's only one (SetSingle), so no
+// other runner, ring or Switch of its stub wants it meanwhile; a yield between two such processes
+// then costs two host switches (stub, carrier, the other's stub) rather than three.
 func (t *Thread) Park() bool {
 	s := t.stub
-	if atomic.LoadUint32(t.state) != stateTrapped || t.Trap().Kind == TrapCall {
-		return false // a patched call's registers are not all in the slot
+	if atomic.LoadUint32(t.state) != stateTrapped {
+		return false
+	}
+	if t.Trap().Kind == TrapCall {
+		if t.runner() < 0 {
+			return false // its thread would not be the one to resume it
+		}
+		t.parkedInCall.Store(true)
+		if !atomic.CompareAndSwapUint32(t.state, stateTrapped, stateParked) {
+			t.parkedInCall.Store(false)
+			return false
+		}
+		return true
 	}
 	r := t.runner()
 	if r >= 0 {
@@ -354,8 +376,11 @@ func (t *Thread) ParkFresh() bool {
 }
 
 // Wait waits (without resuming anything) for the context's next trap: the carrier of a parked
-// context sleeps here until a runner that took it traps.
-func (t *Thread) Wait() error { return t.wait(0) }
+// context sleeps here until a runner that took it traps. It gives its P up from the start: the
+// context's turn may be far, and a raw wait holds the P as if running, which a stop-the-world
+// must interrupt (sched-perf's row 4, two processes yielding parked at their patched calls, three
+// runs each: p99 99-111 µs a round trip with the raw wait first, 32-41 µs without).
+func (t *Thread) Wait() error { return t.wait(0, false) }
 
 // ResumeParked runs a parked context on an idle runner. It reports false, leaving the context to
 // its carrier, if the context trapped instead (a system call raced its parking, or a kick); a
@@ -469,6 +494,14 @@ func (t *Thread) Kick() {
 	for i := 0; i < 100; i++ {
 		switch atomic.LoadUint32(t.state) {
 		case stateParked:
+			if t.parkedInCall.Load() {
+				// Its thread sleeps in stub_call: resumed, it takes the kick's signal there
+				// (post sends it) and traps with its full state.
+				if t.post(stateParked, 0, 0) {
+					return
+				}
+				continue
+			}
 			atomic.StoreUint32(s.u32(t.base+slotSigno), sigPreempt)
 			atomic.StoreUint32(s.u32(t.base+slotCode), 0)
 			if atomic.CompareAndSwapUint32(t.state, stateParked, stateTrapped) {

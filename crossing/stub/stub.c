@@ -840,10 +840,10 @@ __asm__(
 	"	xchg %eax, 8(%rbx)\n"
 	"	cmpl $3, (%rbx)\n"
 	"	je 5f\n"
-	"	mov $202, %eax\n"
-	"	mov %rbx, %rdi\n"
-	"	xor %esi, %esi\n"
-	"	mov $2, %edx\n"
+	"	mov $202, %eax\n"              /* on the sleeping word, which the sandbox clears to wake */
+	"	lea 8(%rbx), %rdi\n"           /* it: the state word is the carrier's, and a call parked */
+	"	xor %esi, %esi\n"              /* here leaves it at neither value */
+	"	mov $1, %edx\n"
 	"	xor %r10d, %r10d\n"
 	"	syscall\n"
 	"	jmp 4b\n"

@@ -27,8 +27,8 @@ const (
 
 // sched_yield: the task goes behind the tasks of its rank that wait for its vCPU.
 func sysSchedYield(t *Task, a sysargs) (uint64, error) {
-	if t.fast || t.pendingSignal() {
-		// A patched call's registers are not all in the slot; a signal is to be delivered.
+	if t.pendingSignal() || t.fast && (t.resumeFlags != 0 || t.esc != nil) {
+		// A signal is to be delivered; or a patched call's return needs its full state first.
 		if t.kt.Yield() {
 			t.spare = false
 		}
@@ -36,7 +36,8 @@ func sysSchedYield(t *Task, a sysargs) (uint64, error) {
 	}
 	// The yielder waits parked, as a preempted task does (task.go): its carrier sleeps, and
 	// equals of one process that yield to each other can be handed to a ring, whose runners
-	// then take the yields as turns without the sandbox (the stub's rotate).
+	// then take the yields as turns without the sandbox (the stub's rotate). From a patched
+	// call it waits in the call (crossing's Park): the other process's carrier resumes it.
 	t.th.Regs.Rax = 0
 	if t.giveWayParked(t.kt.YieldPark) {
 		// Hand them to a ring now rather than at the preemption ticker's next look, which a

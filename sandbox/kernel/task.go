@@ -221,6 +221,9 @@ func (t *Task) run() {
 				continue
 			}
 			t.syscall()
+			if t.parked {
+				continue // a yield parked: nothing of the task runs until its turn
+			}
 		case tr.Kind == crossing.TrapSyscall:
 			if ret := t.p.k.calls.Trapped(tr.Addr); ret != tr.Addr {
 				t.th.Regs.Rip = ret // a patched site's call, made while the tenant has threads
