@@ -57,8 +57,8 @@ func (k *Kernel) StartProbe(interval time.Duration, budget int, onThread func())
 			runtime.LockOSThread()
 			onThread()
 		}
-		files := statFiles{}
-		defer files.close()
+		s := newSampler()
+		defer s.close()
 		// The thread sleeps in the host rather than on a Go timer: waking a locked goroutine
 		// from a timer hands a P from thread to thread, which cost more than the sample.
 		wait := interval
@@ -75,7 +75,7 @@ func (k *Kernel) StartProbe(interval time.Duration, budget int, onThread func())
 				default:
 				}
 			}
-			n := k.runnableNow(files)
+			n := k.runnableNow(s)
 			// A sample reads two /proc files a task (1-2 ms for fifty tasks here), and waking
 			// this thread for it costs too: sampling every interval would keep a CPU busy, taken
 			// from the load being measured. The probe's own CPU time from one sample to the next
@@ -115,28 +115,28 @@ func (k *Kernel) StopProbe() ProbeResult {
 // its context hand the task back and forth, so a task counts once if either is in state R. A
 // runner moves from context to context (a switch, the ring) while the sample is taken: a host
 // thread counts for one task at most.
-func (k *Kernel) runnableNow(files statFiles) int {
+func (k *Kernel) runnableNow(s *sampler) int {
 	k.mu.Lock()
-	procs := make([]*Process, 0, len(k.procs))
+	s.procs = s.procs[:0]
 	for _, p := range k.procs {
-		procs = append(procs, p)
+		s.procs = append(s.procs, p)
 	}
 	k.mu.Unlock()
 	self := os.Getpid()
 	n := 0
-	seen := make(map[[2]int]bool, len(files))
-	counted := map[[2]int]bool{}
-	for _, p := range procs {
+	clear(s.seen)
+	clear(s.counted)
+	for _, p := range s.procs {
 		p.mu.Lock()
-		tasks := append([]*Task(nil), p.tasks...)
+		s.tasks = append(s.tasks[:0], p.tasks...)
 		p.mu.Unlock()
-		for _, t := range tasks {
-			threads := [][2]int{{self, int(t.carrier.Load())}, {p.stub.Pid(), t.th.Tid()}}
+		for _, t := range s.tasks {
+			threads := [2][2]int{{self, int(t.carrier.Load())}, {p.stub.Pid(), t.th.Tid()}}
 			fresh := false // a runnable thread not counted for another task
 			for _, th := range threads {
-				if th[1] != 0 && files.runnable(th[0], th[1], seen) {
-					fresh = fresh || !counted[th]
-					counted[th] = true
+				if th[1] != 0 && s.runnable(th[0], th[1]) {
+					fresh = fresh || !s.counted[th]
+					s.counted[th] = true
 				}
 			}
 			if fresh {
@@ -144,46 +144,59 @@ func (k *Kernel) runnableNow(files statFiles) int {
 			}
 		}
 	}
-	for k, fd := range files {
-		if !seen[k] {
+	clear(s.procs) // holds no process past the sample
+	clear(s.tasks)
+	for key, fd := range s.files {
+		if !s.seen[key] {
 			unix.Close(fd)
-			delete(files, k)
+			delete(s.files, key)
 		}
 	}
 	return n
 }
 
-// statFiles keeps the probe's /proc/<pid>/task/<tid>/stat files open from sample to sample: on
-// this kind of host an open and a close cost several times a read, and a sample reads two files
-// a task.
-type statFiles map[[2]int]int
+// sampler is what the probe keeps from sample to sample. Its /proc/<pid>/task/<tid>/stat files
+// stay open: on this kind of host an open and a close cost several times a read, and a sample
+// reads two files a task. Its maps, lists and buffer are reused: a sample's garbage, a few tens
+// of KiB with fifty tasks, made the sandbox's GC run every few seconds of sched-fair's windows,
+// and each cycle woke some 24 mark workers (a quarter of the Ps) in the pod's cgroup.
+type sampler struct {
+	files         map[[2]int]int // thread → its open stat file
+	seen, counted map[[2]int]bool
+	procs         []*Process
+	tasks         []*Task
+	buf           [512]byte
+}
 
-// runnable reads a thread's state; seen notes the files in use.
-func (f statFiles) runnable(pid, tid int, seen map[[2]int]bool) bool {
+func newSampler() *sampler {
+	return &sampler{files: map[[2]int]int{}, seen: map[[2]int]bool{}, counted: map[[2]int]bool{}}
+}
+
+// runnable reads a thread's state, and notes its file as in use.
+func (s *sampler) runnable(pid, tid int) bool {
 	key := [2]int{pid, tid}
-	fd, ok := f[key]
+	fd, ok := s.files[key]
 	if !ok {
 		var err error
 		fd, err = unix.Open(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return false
 		}
-		f[key] = fd
+		s.files[key] = fd
 	}
-	seen[key] = true
-	var buf [512]byte
-	n, err := unix.Pread(fd, buf[:], 0)
+	s.seen[key] = true
+	n, err := unix.Pread(fd, s.buf[:], 0)
 	if err != nil || n <= 0 {
 		return false // the thread has ended; its file goes after this sample
 	}
-	b := buf[:n]
+	b := s.buf[:n]
 	// The state follows the command name, which is in parentheses and may hold spaces.
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
 }
 
-func (f statFiles) close() {
-	for _, fd := range f {
+func (s *sampler) close() {
+	for _, fd := range s.files {
 		unix.Close(fd)
 	}
 }
