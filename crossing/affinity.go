@@ -61,6 +61,19 @@ func PinThread(tid, cpu int) error {
 // new thread has the affinity of whichever thread made it).
 func placed(cpu int) int32 { return int32(cpu + 2) }
 
+// floatRunner lets Linux place runner r again (s.mu held): a runner that takes turns in a ring
+// runs every member's tenant code, busy ones too, and stays where the last settled context it
+// ran had put it until a member's carrier places it, which a busy member never does. Pinned so,
+// both runners of a ring could share one CPU while the other idled.
+func (s *Stub) floatRunner(r int) {
+	if s.runnerCPU[r].Load() == placed(Anywhere) {
+		return
+	}
+	if tid := s.runnerTid(r); tid != 0 && PinThread(tid, Anywhere) == nil {
+		s.runnerCPU[r].Store(placed(Anywhere))
+	}
+}
+
 // Pin puts the runner that holds the context on cpu (Anywhere: back where Linux likes), and the
 // stub's control thread with it while the context is its tenant's only thread (else the control
 // thread serves several, and goes Anywhere). A runner keeps its CPU when it takes up another

@@ -82,6 +82,7 @@ func (s *Stub) OpenRing(held, parked []*Thread) ([]int, bool) {
 	atomic.StoreUint32(s.ringU32(ringTail), uint32(len(parked)))
 	for _, r := range runners {
 		atomic.StoreUint32(s.runnerU32(r, runRing), 1)
+		s.floatRunner(r)
 	}
 	atomic.StoreUint32(s.ringU32(ringOpen), 1)
 	return runners, true
@@ -143,6 +144,7 @@ func (t *Thread) TakeTurns(on bool) int {
 	v := uint32(0)
 	if on {
 		v = 1
+		s.floatRunner(r)
 	}
 	atomic.StoreUint32(s.runnerU32(r, runRing), v)
 	return r

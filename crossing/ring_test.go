@@ -12,7 +12,8 @@ import (
 // Two contexts take turns on one runner through the ring, on the runner's own slice timer: each
 // counts on from where it stopped with its own FPU state, and nothing of the sandbox resumes
 // either. The second never ran before: it starts from ParkFresh with the fresh FPU state (the
-// x87 control word and MXCSR of a new thread).
+// x87 control word and MXCSR of a new thread). A runner put on a CPU (a settled task's) floats
+// once it takes turns: it runs the busy members too.
 func TestRingTakesTurnsWithoutTheSandbox(t *testing.T) {
 	s, a := startTenant(t, countLoop)
 	b, err := s.NewThread()
@@ -26,8 +27,12 @@ func TestRingTakesTurnsWithoutTheSandbox(t *testing.T) {
 
 	a.Regs.Rbx = 0
 	require.True(t, a.post(stateTrapped, uint32(ResumeResetFPU), 0))
+	cpu, all := lastCPU(t)
+	a.Pin(cpu)
+	require.Equal(t, only(cpu), affinityOf(t, a.Tid()))
 	runners, ok := s.OpenRing([]*Thread{a}, []*Thread{b})
 	require.True(t, ok)
+	require.Equal(t, all, affinityOf(t, s.runnerTid(runners[0])), "the ring's runner floats")
 	_, again := s.OpenRing([]*Thread{a}, []*Thread{b})
 	require.False(t, again, "a ring is open already")
 
