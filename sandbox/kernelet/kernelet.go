@@ -152,8 +152,9 @@ type Kernelet struct {
 	// delegated are the open rings (ring.go): the vCPUs and waiting tasks of each group given to
 	// its stub's runners.
 	delegated []*ring
-	ringOpen  atomic.Bool // len(delegated) != 0, read without the lock
-	rings     RingStats   // of the rings so far
+	ringOpen  atomic.Bool  // len(delegated) != 0, read without the lock
+	queuedNow atomic.Int32 // waiting, read without the lock
+	rings     RingStats    // of the rings so far
 }
 
 // run is one OnRun call still to be made.
@@ -631,6 +632,7 @@ func (k *Kernelet) enqueue(v *VCPU, t *Task) {
 	t.queued = v
 	v.queue = append(v.queue, t)
 	k.waiting++
+	k.queuedNow.Store(int32(k.waiting))
 }
 
 func (k *Kernelet) dequeue(t *Task) {
@@ -646,6 +648,7 @@ func (k *Kernelet) dequeue(t *Task) {
 	}
 	t.queued = nil
 	k.waiting--
+	k.queuedNow.Store(int32(k.waiting))
 }
 
 // setSpare records the spare t holds (k.mu held).
@@ -897,6 +900,7 @@ func (k *Kernelet) release(v *VCPU) []*Task {
 	for _, t := range queue {
 		t.queued = nil
 		k.waiting--
+		k.queuedNow.Store(int32(k.waiting))
 		kicks = append(kicks, k.place(t)...)
 	}
 	for i := len(k.vcpus) - 1; i >= k.n && k.vcpus[i].free(); i-- {
@@ -1329,6 +1333,10 @@ func (k *Kernelet) Idle() int {
 	}
 	return n
 }
+
+// Crowded reports, without the lock, whether more tasks want the vCPUs than there are: some wait
+// for one, or take turns in a ring. A hint: it may be stale by the time it is used.
+func (k *Kernelet) Crowded() bool { return k.queuedNow.Load() > 0 || k.ringOpen.Load() }
 
 // Stats is a snapshot of the kernelet. Waiting counts parked tasks too; Parked counts only them.
 type Stats struct {

@@ -611,3 +611,25 @@ func TestParkBeyondTheSpreadTakesTheRingsBack(t *testing.T) {
 	require.True(t, queued, "a2 waits in a run queue, as without a ring")
 	exitAll(t, k, a1, a2, a3, b1, b2)
 }
+
+// Crowded, read without the lock, says whether more tasks want the vCPUs than there are: a task
+// waits for one, or equals take turns in a ring (where none waits in a run queue).
+func TestCrowded(t *testing.T) {
+	k := newK(t, 1)
+	a, b := k.NewTask("a"), k.NewTask("b")
+	require.False(t, k.Crowded())
+	a.Acquire()
+	require.False(t, k.Crowded(), "one task on the one vCPU")
+	got := acquireAsync(t, k, b)
+	require.True(t, k.Crowded(), "b waits")
+	a.Release()
+	within(t, got)
+	require.False(t, k.Crowded(), "b has the vCPU, a wants none")
+	exitAll(t, k, a, b)
+
+	r := ringOfThree(t)
+	require.Zero(t, r.k.Stats().Waiting, "the ring's members wait in no run queue")
+	require.True(t, r.k.Crowded(), "three tasks take turns on one vCPU")
+	exitAll(t, r.k, r.tasks...)
+	require.False(t, r.k.Crowded())
+}
