@@ -631,7 +631,12 @@ func (k *Kernelet) enqueue(v *VCPU, t *Task) {
 	t.seq = k.seq
 	t.queued = v
 	v.queue = append(v.queue, t)
-	k.waiting++
+	k.addWaiting(1)
+}
+
+// addWaiting changes the count of tasks in run queues, and its mirror read without the lock.
+func (k *Kernelet) addWaiting(d int) {
+	k.waiting += d
 	k.queuedNow.Store(int32(k.waiting))
 }
 
@@ -647,8 +652,7 @@ func (k *Kernelet) dequeue(t *Task) {
 		}
 	}
 	t.queued = nil
-	k.waiting--
-	k.queuedNow.Store(int32(k.waiting))
+	k.addWaiting(-1)
 }
 
 // setSpare records the spare t holds (k.mu held).
@@ -899,8 +903,7 @@ func (k *Kernelet) release(v *VCPU) []*Task {
 	v.queue = nil
 	for _, t := range queue {
 		t.queued = nil
-		k.waiting--
-		k.queuedNow.Store(int32(k.waiting))
+		k.addWaiting(-1)
 		kicks = append(kicks, k.place(t)...)
 	}
 	for i := len(k.vcpus) - 1; i >= k.n && k.vcpus[i].free(); i-- {
