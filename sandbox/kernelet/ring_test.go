@@ -550,15 +550,23 @@ func TestRingVCPUDoesNotIdleBesideAnotherRing(t *testing.T) {
 	exitAll(t, k, a1, a2, b1, b2)
 }
 
+// twoGroupsAndA3 is twoGroups on a clocked kernelet of two vCPUs, with a third task of a's, a3,
+// made and not yet run.
+func twoGroupsAndA3(t *testing.T) (k *Kernelet, now *atomic.Int64, a1, a2, a3, b1, b2 *Task) {
+	t.Helper()
+	k, now = clockedK(t, 2)
+	logRuns(k)
+	a1, a2, b1, b2 = k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
+	a3 = k.NewTask("a3")
+	twoGroups(t, k, now, a1, a2, b1, b2)
+	return k, now, a1, a2, a3, b1, b2
+}
+
 // A task that got another ring's vCPU (it took one from its own ring, and the other ring's member
 // let go of its vCPU first) does not join its own ring with it, which would leave the other ring
 // short: going back to tenant code it takes all the rings back.
 func TestForeignVCPUTakesTheRingsBack(t *testing.T) {
-	k, now := clockedK(t, 2)
-	logRuns(k)
-	a1, a2, b1, b2 := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
-	a3 := k.NewTask("a3")
-	twoGroups(t, k, now, a1, a2, b1, b2)
+	k, _, a1, a2, a3, b1, b2 := twoGroupsAndA3(t)
 	stubs := map[byte]*stubRing{}
 	holders := map[byte]*Task{}
 	open := func(held []*Task, vcpus []*VCPU, parked []*Task) (RingOps, bool) {
@@ -589,11 +597,7 @@ func TestForeignVCPUTakesTheRingsBack(t *testing.T) {
 // with no vCPU left: its only runner's member trapped and holds it), takes the rings back rather
 // than wait in it for vCPUs the rings keep.
 func TestParkBeyondTheSpreadTakesTheRingsBack(t *testing.T) {
-	k, now := clockedK(t, 2)
-	logRuns(k)
-	a1, a2, b1, b2 := k.NewTask("a1"), k.NewTask("a2"), k.NewTask("b1"), k.NewTask("b2")
-	a3 := k.NewTask("a3")
-	twoGroups(t, k, now, a1, a2, b1, b2)
+	k, now, a1, a2, a3, b1, b2 := twoGroupsAndA3(t)
 	require.True(t, k.Delegate(sameGroup, func(held []*Task, _ []*VCPU, parked []*Task) (RingOps, bool) {
 		return newStubRing(held, parked), true
 	}))
