@@ -309,7 +309,7 @@ func (k *Kernel) Spawn(spec ProcessSpec) (*Process, error) {
 	}
 	k.adopt(p, nil)
 	p.updateSingle()
-	go p.tasks[0].run()
+	p.tasks[0].start()
 	return p, nil
 }
 

@@ -191,6 +191,11 @@ type Task struct {
 	// OnGrant, if set, wakes the task's carrier when it is given a vCPU after another task woke
 	// it (Wake); it is called under the kernelet's lock and must only make one host call.
 	OnGrant func()
+	// BeforeWait, if set, is called once, and then cleared, just before the task's carrier
+	// would first sleep in Acquire for a vCPU (outside the kernelet's lock): the kernel's
+	// creator of a new task waits until the task holds a vCPU, is parked, or waits for one, and
+	// may itself hold the vCPU the task waits for.
+	BeforeWait func()
 
 	policy   Policy
 	nice     int
@@ -404,7 +409,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 		}
 		if t.queued != nil {
 			k.mu.Unlock()
-			return t.grant.take()
+			return t.waitGrant()
 		}
 	}
 	if len(k.delegated) != 0 {
@@ -424,7 +429,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			if k.onWait != nil {
 				k.onWait() // the ticker too, should the runner's trap not come
 			}
-			return t.grant.take()
+			return t.waitGrant()
 		}
 	}
 	for t.vcpu != nil && t.inRun > 0 {
@@ -450,7 +455,7 @@ func (t *Task) acquire(park func() bool) *VCPU {
 			if k.onWait != nil {
 				k.onWait()
 			}
-			return t.grant.take()
+			return t.waitGrant()
 		}
 	}
 	k.comeBack(t)
@@ -468,10 +473,19 @@ func (t *Task) acquire(park func() bool) *VCPU {
 	}
 	k.unlock(kicks)
 	if v != nil {
-		return t.grant.take() // posted by give
+		return t.grant.take() // posted by place (give): no wait
 	}
 	if k.onWait != nil {
 		k.onWait()
+	}
+	return t.waitGrant()
+}
+
+// waitGrant waits for a vCPU posted by give, calling BeforeWait first.
+func (t *Task) waitGrant() *VCPU {
+	if f := t.BeforeWait; f != nil {
+		t.BeforeWait = nil
+		f()
 	}
 	return t.grant.take()
 }

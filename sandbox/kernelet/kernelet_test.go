@@ -654,3 +654,29 @@ func TestWakeOfASleeperWakesItsCarrierWithAVCPU(t *testing.T) {
 	require.Equal(t, g0+1, grants.Load(), "no OnGrant once its carrier asked itself")
 	exitAll(t, k, a, b)
 }
+
+// BeforeWait is called once, just before a task's carrier would sleep for a vCPU, and not when
+// the task gets one at once: a creator holding the only vCPU waits on it for its new task.
+func TestBeforeWaitOnlyWhenTheTaskMustWait(t *testing.T) {
+	k := newK(t, 1)
+	a, b := k.NewTask("a"), k.NewTask("b")
+	calls := 0
+	a.BeforeWait = func() { calls++ }
+	require.NotNil(t, a.Acquire())
+	require.Equal(t, 0, calls, "a got the free vCPU at once")
+	a.BeforeWait = nil
+
+	told := make(chan struct{})
+	b.BeforeWait = func() { close(told) }
+	got := make(chan *VCPU, 1)
+	go func() { got <- b.Acquire() }()
+	select {
+	case <-told: // b's carrier is about to sleep, while a still holds the vCPU
+	case <-time.After(2 * time.Second):
+		t.Fatal("b waits for the vCPU but never said so")
+	}
+	require.Nil(t, b.BeforeWait, "called once, then cleared")
+	a.Release()
+	require.NotNil(t, within(t, got))
+	exitAll(t, k, a, b)
+}
