@@ -189,6 +189,7 @@ func (t *Task) run() {
 	} else {
 		t.kt.Acquire()
 	}
+	t.kt.BeforeWait = nil
 	t.settled()
 	started := threadCPU() // the carrier's own CPU time: the task's system time
 	t.fast = t.th.Trap().Kind == crossing.TrapCall
