@@ -127,12 +127,12 @@ type Kernelet struct {
 	clock    func() int64 // ns since epoch; tests replace it
 
 	mu      sync.Mutex
-	n       int     // the vCPUs there are to be; held ones beyond it go when released
-	vcpus   []*VCPU // by ID; IDs >= n are retiring
-	waiting int     // tasks in run queues
-	seq     uint64  // queueing order
-	minVr   int64   // a floor under the virtual runtimes of ordinary tasks (monotonic)
-	tasks   int     // live tasks, for Stats
+	n       int          // the vCPUs there are to be; held ones beyond it go when released
+	vcpus   []*VCPU      // by ID; IDs >= n are retiring
+	waiting atomic.Int32 // tasks in run queues: changed under the lock, read without it too
+	seq     uint64       // queueing order
+	minVr   int64        // a floor under the virtual runtimes of ordinary tasks (monotonic)
+	tasks   int          // live tasks, for Stats
 
 	// runs are the parked tasks given a vCPU whose OnRun call is still due: give records them
 	// under the lock, and whoever unlocks next calls the hook. runsPending lets doKicks (the
@@ -152,9 +152,8 @@ type Kernelet struct {
 	// delegated are the open rings (ring.go): the vCPUs and waiting tasks of each group given to
 	// its stub's runners.
 	delegated []*ring
-	ringOpen  atomic.Bool  // len(delegated) != 0, read without the lock
-	queuedNow atomic.Int32 // waiting, read without the lock
-	rings     RingStats    // of the rings so far
+	ringOpen  atomic.Bool // len(delegated) != 0, read without the lock
+	rings     RingStats   // of the rings so far
 }
 
 // run is one OnRun call still to be made.
@@ -648,11 +647,8 @@ func (k *Kernelet) enqueue(v *VCPU, t *Task) {
 	k.addWaiting(1)
 }
 
-// addWaiting changes the count of tasks in run queues, and its mirror read without the lock.
-func (k *Kernelet) addWaiting(d int) {
-	k.waiting += d
-	k.queuedNow.Store(int32(k.waiting))
-}
+// addWaiting changes the count of tasks in run queues (k.mu held).
+func (k *Kernelet) addWaiting(d int) { k.waiting.Add(int32(d)) }
 
 func (k *Kernelet) dequeue(t *Task) {
 	v := t.queued
@@ -1210,7 +1206,7 @@ func (k *Kernelet) Overdue() (due []*Task, switches []Switch, waiting bool) {
 		k.assign(v, w) // the Switch tells the kernel: no OnRun
 		switches = append(switches, Switch{From: h, To: w, V: v})
 	}
-	waiting = k.waiting > 0
+	waiting = k.waiting.Load() > 0
 	k.unlock(nil)
 	return due, switches, waiting
 }
@@ -1242,7 +1238,7 @@ func (t *Task) BorrowSpare() bool {
 	if t.spare != nil {
 		return true
 	}
-	if k.waiting > 0 || t.vcpu == nil {
+	if k.waiting.Load() > 0 || t.vcpu == nil {
 		return false
 	}
 	for _, v := range k.vcpus {
@@ -1262,11 +1258,11 @@ func (t *Task) SpinSpare(borrow bool) bool {
 	k := t.k
 	k.mu.Lock() // a member holds no vCPU and no spare: a ring stays
 	var kicks []*Task
-	if s := t.spare; s != nil && (k.waiting > 0 || s.retiring) {
+	if s := t.spare; s != nil && (k.waiting.Load() > 0 || s.retiring) {
 		t.setSpare(nil)
 		kicks = k.release(s)
 	}
-	if t.spare == nil && borrow && k.waiting == 0 && t.vcpu != nil {
+	if t.spare == nil && borrow && k.waiting.Load() == 0 && t.vcpu != nil {
 		for _, v := range k.vcpus {
 			if v.free() && !v.retiring {
 				v.lent, v.borrower = true, t
@@ -1285,7 +1281,7 @@ func (t *Task) SpareWanted() bool {
 	k := t.k
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return t.spare != nil && (k.waiting > 0 || t.spare.retiring)
+	return t.spare != nil && (k.waiting.Load() > 0 || t.spare.retiring)
 }
 
 // ReturnSpare gives a borrowed spare back.
@@ -1312,7 +1308,7 @@ func (t *Task) HasSpare() bool {
 func (k *Kernelet) TryAcquire() *VCPU {
 	k.lockTaking()
 	defer k.mu.Unlock()
-	if k.waiting > 0 {
+	if k.waiting.Load() > 0 {
 		return nil
 	}
 	for _, v := range k.vcpus {
@@ -1335,7 +1331,7 @@ func (k *Kernelet) Release(v *VCPU) {
 func (k *Kernelet) Waiting() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.waiting > 0
+	return k.waiting.Load() > 0
 }
 
 // Idle is the number of free vCPUs.
@@ -1353,7 +1349,7 @@ func (k *Kernelet) Idle() int {
 
 // Crowded reports, without the lock, whether more tasks want the vCPUs than there are: some wait
 // for one, or take turns in a ring. A hint: it may be stale by the time it is used.
-func (k *Kernelet) Crowded() bool { return k.queuedNow.Load() > 0 || k.ringOpen.Load() }
+func (k *Kernelet) Crowded() bool { return k.waiting.Load() > 0 || k.ringOpen.Load() }
 
 // Stats is a snapshot of the kernelet. Waiting counts parked tasks too; Parked counts only them.
 type Stats struct {
@@ -1365,7 +1361,7 @@ type Stats struct {
 func (k *Kernelet) Stats() Stats {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	s := Stats{VCPUs: k.n, Waiting: k.waiting, Tasks: k.tasks}
+	s := Stats{VCPUs: k.n, Waiting: int(k.waiting.Load()), Tasks: k.tasks}
 	for _, v := range k.vcpus {
 		if v.holder != nil || v.ring {
 			s.Held++

@@ -101,7 +101,7 @@ func (k *Kernelet) equalOf(first, t *Task, same func(a, b *Task) bool) bool {
 func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, vcpus []*VCPU, parked []*Task) (RingOps, bool)) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.delegated) != 0 || k.onRun == nil || len(k.runs) != 0 || k.waiting == 0 {
+	if len(k.delegated) != 0 || k.onRun == nil || len(k.runs) != 0 || k.waiting.Load() == 0 {
 		return false
 	}
 	type group struct {
@@ -148,7 +148,7 @@ func (k *Kernelet) Delegate(same func(a, b *Task) bool, open func(held []*Task, 
 			parked++
 		}
 	}
-	if parked != k.waiting || !balanced(len(groups), func(i int) (int, int) {
+	if parked != int(k.waiting.Load()) || !balanced(len(groups), func(i int) (int, int) {
 		return len(groups[i].held) + len(groups[i].parked), len(groups[i].vcpus)
 	}) {
 		return false
@@ -316,7 +316,7 @@ func (t *Task) JoinRing() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r, v := k.groupRing(t), t.vcpu
-	if r == nil || t.ringed || v == nil || v.taken || v.retiring || k.waiting > 0 {
+	if r == nil || t.ringed || v == nil || v.taken || v.retiring || k.waiting.Load() > 0 {
 		return
 	}
 	if v.home != r || !k.joinBalanced(r, 1) {
@@ -399,7 +399,7 @@ func (k *Kernelet) endRing() {
 			k.dispatch(v)
 		}
 	}
-	if k.waiting > 0 && k.onWait != nil {
+	if k.waiting.Load() > 0 && k.onWait != nil {
 		go k.onWait() // the ticker; it takes locks of its own
 	}
 }
