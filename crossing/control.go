@@ -150,7 +150,7 @@ func (s *Stub) NewThread() (*Thread, error) {
 	s.nrunners.Store(int32(r + 1))
 	// The new runner reads its signal stack from the command page: it must have trapped (and so
 	// be done with it) before the page is written again, which cmdMu holds off.
-	if err := t.wait(0, true); err != nil {
+	if err := t.wait(0); err != nil {
 		t.Release()
 		return nil, fmt.Errorf("stub %d: new thread did not start: %w", s.pid, err)
 	}

@@ -329,7 +329,7 @@ func Spawn(grant *os.File, calls *Calls) (*Stub, *Thread, error) {
 	// The first trap is the boot ping; wait for it with a deadline, so that a stub that
 	// dies or hangs at start is an error, not a hang.
 	booted := make(chan error, 1)
-	go func() { booted <- t.wait(0, true) }()
+	go func() { booted <- t.wait(0) }()
 	select {
 	case err = <-booted:
 	case <-time.After(10 * time.Second):

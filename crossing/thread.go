@@ -178,7 +178,7 @@ func (t *Thread) Resume(flags ResumeFlags, stubSpin, sandboxSpin uint64) error {
 	if !t.post(stateTrapped, uint32(flags), stubSpin) {
 		return ErrStubDead
 	}
-	return t.wait(sandboxSpin, true)
+	return t.wait(sandboxSpin)
 }
 
 // Settle brings a thread stopped at a patched call (TrapCall) to a stop with its full state, so
@@ -262,20 +262,20 @@ func (t *Thread) post(from, flags uint32, stubSpin uint64) bool {
 	return true
 }
 
-// rawWaitNanos bounds the first sleep of a carrier, which keeps its P: a garbage collection's
-// stop-the-world waits for it, so it must end (10 ms is the Go runtime's own preemption
-// quantum). It must also outlast the host's scheduler tick (4 ms at HZ=250, 10 ms at HZ=100):
-// a timer due before the tick makes the host reprogram the CPU's timer device at every sleep,
-// which on a paravirtualised host costs ~3 µs, a fifth of a one-CPU round trip.
-const rawWaitNanos = 10_000_000
-
 // inTenant reports whether the context's state means it runs (or waits parked) in tenant code.
 func inTenant(st uint32) bool { return st == stateResume || st == stateParked }
 
-// wait spins for up to spin cycles, then sleeps: first keeping the P if keepP (a quick trap is
-// likely), then letting the runtime use it elsewhere. A context parked meanwhile is still in
-// tenant code: its carrier sleeps on until it traps.
-func (t *Thread) wait(spin uint64, keepP bool) error {
+// wait spins for up to spin cycles, then sleeps, giving its P back at once (BlockingSyscall6). A
+// context parked meanwhile is still in tenant code: its carrier sleeps on until it traps.
+//
+// The first sleep used to be a raw one of at most 10 ms that kept the P, for a quick trap. But a
+// P that is not idle keeps the runtime's monitor polling in the pod's cgroup (block_unsafe.go),
+// and the raw sleep held up a GC's stop-the-world until it ended. In sched-fair's lock row (its
+// contenders sleep and wake all along), beside two busy loops, the pod's threads woke 35-50 times
+// a second without it against 80-130 with it (3 runs each; the monitor 18-29 against 35-58, the
+// carriers 5-12 against 26-28). The sibling's share moved within the noise: 0.993 against 0.990
+// (20 interleaved pairs of 10 s runs, lowest 0.975 against 0.973); sched-perf's rows did too.
+func (t *Thread) wait(spin uint64) error {
 	if spin > 0 {
 		t0 := rdtsc()
 		for rdtsc()-t0 < spin {
@@ -289,17 +289,12 @@ func (t *Thread) wait(spin uint64, keepP bool) error {
 		}
 	}
 	atomic.StoreUint32(t.sandboxSleeping, 1)
-	short := unix.Timespec{Nsec: rawWaitNanos}
-	for i := 0; ; i++ {
+	for {
 		st := atomic.LoadUint32(t.state)
 		if !inTenant(st) {
 			break
 		}
-		if i == 0 && keepP {
-			futexWaitRaw(t.state, st, &short)
-		} else {
-			futexWaitBlocking(t.state, st)
-		}
+		futexWaitBlocking(t.state, st)
 	}
 	atomic.StoreUint32(t.sandboxSleeping, 0)
 	return t.stopped()
@@ -376,11 +371,11 @@ func (t *Thread) ParkFresh() bool {
 }
 
 // Wait waits (without resuming anything) for the context's next trap: the carrier of a parked
-// context sleeps here until a runner that took it traps. It gives its P up from the start: the
-// context's turn may be far, and a raw wait holds the P as if running, which a stop-the-world
-// must interrupt (sched-perf's row 4, two processes yielding parked at their patched calls, three
-// runs each: p99 99-111 µs a round trip with the raw wait first, 32-41 µs without).
-func (t *Thread) Wait() error { return t.wait(0, false) }
+// context sleeps here until a runner that took it traps. (Before every wait gave its P up at once,
+// this one did already: sched-perf's row 4, two processes yielding parked at their patched calls,
+// had a p99 of 99-111 µs a round trip with a raw wait first, as a stop-the-world waited for it,
+// and 32-41 µs without.)
+func (t *Thread) Wait() error { return t.wait(0) }
 
 // ResumeParked runs a parked context on an idle runner. It reports false, leaving the context to
 // its carrier, if the context trapped instead (a system call raced its parking, or a kick); a

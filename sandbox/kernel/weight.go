@@ -37,11 +37,11 @@ const (
 )
 
 // runtimeSize keeps the Go runtime's P count at one more than the pod has vCPUs (at least
-// three), plus one for each live carrier. A P is what lets a thread run Go code, and a carrier
-// asleep in a blocking system call (its stub's next trap, its turn at a vCPU) keeps its P until
-// the runtime's monitor takes it back. That monitor is a thread at nice 19: beside busy nice 0
-// threads Linux gives it a CPU only every ~95 ms (its trace showed gaps of 45 ms), so a carrier
-// woken with no P left waited that long. With N+1 Ps in all, eight threads that only yield (in
+// three), plus one for each live carrier. A P is what lets a thread run Go code. A carrier asleep
+// (its stub's next trap, its turn at a vCPU) now gives its P back as it goes to sleep
+// (crossing.BlockingSyscall6), but it used to keep it until the runtime's monitor took it back.
+// That monitor is a thread at nice 19: beside busy nice 0 threads Linux gives it a CPU only every
+// ~95 ms (its trace showed gaps of 45 ms), so a carrier woken with no P left waited that long. With N+1 Ps in all, eight threads that only yield (in
 // their process's ring, where no carrier wakes) while the main thread slept 2 ms at a time: 2000
 // sleeps took 12 s on 1 vCPU and 27 s on 2 (4.2 s natively); with a P for each carrier, 4.8 s and
 // 7.1 s. Idle Ps cost no CPU, and Linux divides CPU between cgroups whatever their thread

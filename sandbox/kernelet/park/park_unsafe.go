@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/endovisor/endo/crossing"
 )
 
 const (
@@ -14,14 +16,14 @@ const (
 )
 
 // futexWait sleeps while *word == val, at most d (negative: no limit), as a system call the
-// Go runtime knows may block.
+// Go runtime knows blocks: the carrier's P goes to other work meanwhile.
 func futexWait(word *atomic.Uint32, val uint32, d time.Duration) {
 	var ts *unix.Timespec
 	if d >= 0 {
 		t := unix.NsecToTimespec(int64(d))
 		ts = &t
 	}
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitPrivate, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
+	crossing.BlockingSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitPrivate, uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
 }
 
 // futexWake wakes the one thread that may sleep on word.

@@ -1,0 +1,62 @@
+package crossing
+
+import (
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// blockingTestWord is the futex word of TestBlockingSyscallLetsTheRuntimeGoOn: a global, since a
+// goroutine's stack moves and the host call sees only the word's address.
+var blockingTestWord atomic.Uint32
+
+// A goroutine asleep in BlockingSyscall6 lets the rest of the program run on the only P, and lets
+// a garbage collection stop the world (a raw system call holds the P as if running: both would
+// wait until it ends); a wake then ends the call with its result.
+func TestBlockingSyscallLetsTheRuntimeGoOn(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	word := &blockingTestWord
+	word.Store(0)
+	addr := uintptr(unsafe.Pointer(word))
+	type result struct {
+		r1    uintptr
+		errno unix.Errno
+	}
+	woke := make(chan result, 1)
+	asleep := make(chan struct{})
+	// At most 10 s: had the call kept the P, nothing else would run until it ends.
+	limit := unix.NsecToTimespec(int64(10 * time.Second))
+	go func() {
+		close(asleep)
+		r1, _, e := BlockingSyscall6(unix.SYS_FUTEX, addr, futexOpWait|128, 0, uintptr(unsafe.Pointer(&limit)), 0, 0)
+		woke <- result{r1, e}
+	}()
+	<-asleep // this goroutine runs again on the only P: the other one gave it up
+	runtime.GC()
+	select {
+	case r := <-woke:
+		t.Fatalf("the garbage collection waited for the futex wait to end (%d, %v)", int64(r.r1), r.errno)
+	default:
+	}
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_FUTEX, addr, futexOpWake|128, 1, 0, 0, 0)
+		require.Zero(t, e)
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond) // the sleeper has not reached the futex yet
+	}
+	r := <-woke
+	require.Zero(t, r.errno)
+	require.Zero(t, r.r1)
+
+	// A call that does not sleep returns its error as syscall.Syscall6 would.
+	word.Store(1)
+	_, _, e := BlockingSyscall6(unix.SYS_FUTEX, addr, futexOpWait|128, 0, 0, 0, 0) // *addr is 1
+	require.Equal(t, unix.EAGAIN, e)
+}
