@@ -2,8 +2,8 @@ package kernel
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// onThread runs body on a host thread of its own, which ends with it, and returns that thread.
+// onThread runs body on a host thread of its own and returns that thread, and a function that
+// stops body and waits for it.
 func onThread(t *testing.T, body func(stop *atomic.Bool)) (thread, func()) {
 	t.Helper()
 	tid := make(chan int)
@@ -19,7 +20,8 @@ func onThread(t *testing.T, body func(stop *atomic.Bool)) (thread, func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		tid <- unix.Gettid()
 		body(&stop)
 	}()
@@ -58,41 +60,36 @@ func TestSamplerSeesABusyThreadRunnableThroughout(t *testing.T) {
 }
 
 // A thread asleep in a system call is neither runnable nor runnable throughout, and one that has
-// ended is not either.
+// ended is not either (a sleep(1) process's thread: a thread of this process that ends may be the
+// main one, which the Go runtime keeps).
 func TestSamplerSeesASleepingThreadAsNotRunnable(t *testing.T) {
-	th, end := onThread(t, func(stop *atomic.Bool) {
-		for !stop.Load() {
-			ts := unix.NsecToTimespec(int64(20 * time.Millisecond))
-			unix.Nanosleep(&ts, nil)
-		}
-	})
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	th := thread{cmd.Process.Pid, cmd.Process.Pid}
 	s := newSampler()
 	defer s.close()
 	asleep := 0
 	for range 20 {
-		_, ok := s.sleepless(th)
-		if !s.runnable(th) && !ok {
+		time.Sleep(5 * time.Millisecond)
+		if _, ok := s.sleepless(th); !ok && !s.runnable(th) {
 			asleep++
 		}
-		time.Sleep(time.Millisecond)
 	}
 	if asleep < 15 {
-		t.Fatalf("a thread that sleeps 20 ms at a time looked asleep in %d of 20 samples", asleep)
+		t.Fatalf("a sleeping process looked asleep in %d of 20 samples", asleep)
 	}
-	end()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(th.tid)); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the test's thread did not end")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	cmd.Process.Kill()
+	cmd.Wait()
 	if _, ok := s.sleepless(th); ok || s.runnable(th) {
 		t.Fatal("an ended thread counted as runnable")
 	}
-	if s.read(th, false) != nil {
-		t.Fatal("an ended thread's stat file still read")
+	if s.read(th, false) != nil || s.read(th, true) != nil {
+		t.Fatal("an ended thread's files still read")
 	}
 }
