@@ -41,11 +41,13 @@ const (
 // (its stub's next trap, its turn at a vCPU) now gives its P back as it goes to sleep
 // (crossing.BlockingSyscall6), but it used to keep it until the runtime's monitor took it back.
 // That monitor is a thread at nice 19: beside busy nice 0 threads Linux gives it a CPU only every
-// ~95 ms (its trace showed gaps of 45 ms), so a carrier woken with no P left waited that long. With N+1 Ps in all, eight threads that only yield (in
-// their process's ring, where no carrier wakes) while the main thread slept 2 ms at a time: 2000
-// sleeps took 12 s on 1 vCPU and 27 s on 2 (4.2 s natively); with a P for each carrier, 4.8 s and
-// 7.1 s. Idle Ps cost no CPU, and Linux divides CPU between cgroups whatever their thread
-// counts; the carriers' Go code still runs only on a vCPU.
+// ~95 ms (its trace showed gaps of 45 ms), so a carrier woken with no P left waited that long.
+// With N+1 Ps in all, eight threads that only yield (in their process's ring, where no carrier
+// wakes) while the main thread slept 2 ms at a time: 2000 sleeps took 12 s on 1 vCPU and 27 s on
+// 2 (4.2 s natively); with a P for each carrier, 4.8 s and 7.1 s. (Whether fewer Ps would do now
+// that a sleeping carrier holds none has not been measured.) Idle Ps cost no CPU, and Linux
+// divides CPU between cgroups whatever their thread counts; the carriers' Go code still runs only
+// on a vCPU.
 //
 // Earlier, when the runtime's threads ran at nice 0, more Ps meant more of them awake beside the
 // N that hold a vCPU (measured on 2 CPUs with 50 busy tasks beside a sibling cgroup: 2 Ps,
