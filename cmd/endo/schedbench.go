@@ -354,6 +354,10 @@ func schedFair(args []string) int {
 			results[j] = append(results[j], res)
 		}
 	}
+	// Nothing is left to measure: the cgroups go before the table does. Standard output may be a
+	// pipe whose reader has gone, and a write there ends this process (SIGPIPE) before its
+	// deferred cleanups run.
+	f.undo.runAll()
 
 	const goal = 0.98
 	fmt.Printf("sched-fair: a sibling cgroup runs %d busy loops (native) beside the sandbox (endo run --cpus %d), equal weights (cpu.shares 1024 each, v2: the same weight), %g s windows, %d runs\n",

@@ -188,6 +188,27 @@ func TestSchedFairCleansUpOnInterrupt(t *testing.T) {
 	requireNoStubs(t)
 }
 
+// sched-fair leaves no cgroup behind when its standard output is a pipe nobody reads any more
+// (its table, written last, then ends it by SIGPIPE).
+func TestSchedFairCleansUpWhenItsOutputIsGone(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	cmd := exec.Command(endoBin, "sched-fair", "--tenants", rootfs, "--seconds", "1", "--runs", "1", "--only", "1 busy task")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	r.Close()
+	w.Close()
+	base := fmt.Sprintf("/endo-sched-fair-%d", cmd.Process.Pid)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the table's write to the pipe fails: %s", stderr.String())
+	require.Contains(t, stderr.String(), "run 1: sibling", "the row was measured")
+	require.False(t, cgroupExists(base), stderr.String())
+	requireNoStubs(t)
+}
+
 // sched-perf's in-process kernelet rows take every sample they ask for: each wake is taken before
 // the next is made (a wake folded into the one before it used to leave the wakee waiting for
 // the last one, and the row hung until its time limit).
