@@ -7,8 +7,9 @@ import (
 
 // The Go runtime's entry for a system call known to block: the goroutine's P goes to other work
 // (or idle) at once. Through syscall.Syscall the P stays with the sleeping thread, not idle, until
-// the runtime's monitor (sysmon) takes it back after 10 ms; while any P is not idle the monitor
-// polls, every 20 µs at first and again after each P it takes back. The monitor is a thread of
+// the runtime's monitor (sysmon) takes it back: after 10 ms while other Ps are idle and no
+// goroutine waits for it. While any P is not idle the monitor polls, every 20 µs at first and
+// again after each P it takes back. The monitor is a thread of
 // the pod, so each poll is a wake-up in the pod's cgroup, on a CPU where a neighbour may run.
 //
 //go:linkname entersyscallblock runtime.entersyscallblock

@@ -272,9 +272,10 @@ func inTenant(st uint32) bool { return st == stateResume || st == stateParked }
 // P that is not idle keeps the runtime's monitor polling in the pod's cgroup (block_unsafe.go),
 // and the raw sleep held up a GC's stop-the-world until it ended. In sched-fair's lock row (its
 // contenders sleep and wake all along), beside two busy loops, the pod's threads woke 35-50 times
-// a second without it against 80-130 with it (3 runs each; the monitor 18-29 against 35-58, the
-// carriers 5-12 against 26-28). The sibling's share moved within the noise: 0.993 against 0.990
-// (20 interleaved pairs of 10 s runs, lowest 0.975 against 0.973); sched-perf's rows did too.
+// a second without it against 80-130 with it (3 runs each, of which one with it saw no wake-up
+// at all; the monitor 18-29 against 35-58, the carriers 5-12 against 26-28). The sibling's share
+// moved within the noise: 0.993 against 0.990 (20 interleaved pairs of 10 s runs, lowest 0.975
+// against 0.973); sched-perf's rows did too.
 func (t *Thread) wait(spin uint64) error {
 	if spin > 0 {
 		t0 := rdtsc()

@@ -157,7 +157,8 @@ func (k *Kernel) runnableNow(s *sampler) int {
 	n := 0
 	clear(s.counted)
 	for i := 0; i < len(s.found); {
-		t, fresh := s.found[i].task, false // fresh: a thread runnable throughout, not counted for another task
+		// fresh: the task has a thread runnable throughout that no other task counted.
+		t, fresh := s.found[i].task, false
 		for ; i < len(s.found) && s.found[i].task == t; i++ {
 			if f := s.found[i]; f.ok {
 				fresh = fresh || !s.counted[f.th]
