@@ -37,7 +37,7 @@ func TestLayoutMatchesStubHeader(t *testing.T) {
 		"SETUP_CONTROL_FPROG": setupControlFprog, "SETUP_CONTROL_PROG": setupControlProg,
 		"SETUP_MAX_INSNS": setupMaxInsns, "CMD_SEQ": cmdSeq, "CMD_NOPS": cmdNops, "CMD_OPS": cmdOps,
 		"CMD_OP_SIZE": cmdOpSize, "CMD_MAX_OPS": cmdMaxOps, "OP_MAP": opMap, "OP_PROTECT": opProtect,
-		"OP_UNMAP": opUnmap, "OP_CLONE": opClone, "INFO_VDSO": infoVdso, "INFO_READY": infoReady, "INFO_ACK": infoAck,
+		"OP_UNMAP": opUnmap, "OP_CLONE": opClone, "OP_AWAIT": opAwait, "INFO_VDSO": infoVdso, "INFO_READY": infoReady, "INFO_ACK": infoAck,
 		"SLOT_STATE": slotState, "SLOT_SANDBOX_SLEEPING": slotSandboxSleeping,
 		"SLOT_STUB_SLEEPING": slotStubSleeping, "SLOT_SIGNO": slotSigno, "SLOT_CODE": slotCode,
 		"SLOT_FLAGS": slotFlags, "SLOT_ADDR": slotAddr, "SLOT_SPIN": slotSpin, "SLOT_TSC": slotTSC,

@@ -101,6 +101,10 @@ func (s *Stub) runBatch(ops []cmdOp) (int64, error) {
 	return res, nil
 }
 
+// awaitNanos bounds how long the control thread waits for a new runner's first trap before it
+// acks anyway (tenant code can write the state word it waits on).
+const awaitNanos = 100_000_000
+
 // NewThread makes a new tenant thread in the stub, stopped at its first trap (the boot ping),
 // ready for its registers. An idle runner will run it if there is one; otherwise the control
 // thread starts a new runner, which boots holding it.
@@ -140,8 +144,18 @@ func (s *Stub) NewThread() (*Thread, error) {
 	atomic.StoreUint32(t.runnerIdx, uint32(r))
 	atomic.StoreUint32(t.state, stateResume)
 	block := uint64(SysmsgBase + sysmsgThreads + r*sysmsgBlock)
+	// The control thread acks once the new runner has trapped (or after awaitNanos), not
+	// right after the clone: each of the three threads then wakes the next and sleeps, and the
+	// caller's carrier is not runnable beside a runner still on its way to its first trap. The
+	// runner's trap wakes the state word's sleeper, which is the control thread until the ack.
+	// Traced over 50 clones beside two busy loops, the ack used to wake the caller while the
+	// runner was still runnable in 50 of them (both then waited for a CPU, up to a host tick,
+	// and the probe saw three); with the await, in none.
+	atomic.StoreUint32(t.sandboxSleeping, 1)
+	state := uint64(SysmsgBase + t.base + slotState)
 	tid, err := s.runBatch([]cmdOp{{kind: opClone, addr: block + runAlive,
-		length: block + blockSigstack, prot: 0, off: sysmsgBlock - blockSigstack}})
+		length: block + blockSigstack, prot: 0, off: sysmsgBlock - blockSigstack},
+		{kind: opAwait, addr: state, length: stateResume, prot: 0, off: awaitNanos}})
 	if err != nil {
 		t.Release()
 		return nil, err

@@ -42,6 +42,7 @@ const (
 	opProtect = 2
 	opUnmap   = 3
 	opClone   = 4
+	opAwait   = 5
 
 	infoVdso  = 0x00
 	infoReady = 0x08

@@ -256,3 +256,34 @@ func TestRunnerSwitchesContexts(t *testing.T) {
 	require.NotEqual(t, s.Pid(), a.Tid())
 	require.ElementsMatch(t, []int{s.Pid(), a.Tid()}, s.Runners())
 }
+
+// The control thread's await holds its batch's ack until the word it watches changes, and no
+// longer than its timeout when the word never does. NewThread's ack waits so for the new runner's
+// first trap, so that the creator's carrier is not woken while that runner still runs.
+func TestControlAwaitHoldsTheAckUntilTheWordChanges(t *testing.T) {
+	s, _ := startTenant(t, []byte{0x0f, 0x05})
+	off := sysmsgThreads + (sysmsgMaxThreads-1)*sysmsgBlock + slotState // a slot no thread has
+	word := s.u32(off)
+	atomic.StoreUint32(word, 7)
+	addr := uint64(SysmsgBase + off)
+	s.cmdMu.Lock()
+	defer s.cmdMu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.runBatch([]cmdOp{{kind: opAwait, addr: addr, length: 7, prot: 60}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the ack came while the word held its value (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	atomic.StoreUint32(word, 8)
+	futexWake(word)
+	require.NoError(t, <-done)
+
+	// A word that keeps its value: the timeout (20 ms) ends the wait, and the batch goes on.
+	_, err := s.runBatch([]cmdOp{{kind: opAwait, addr: addr, length: 8, off: 20_000_000},
+		{kind: opProtect, addr: stackAddr, length: 4096, prot: unix.PROT_READ}})
+	require.NoError(t, err)
+}

@@ -677,6 +677,8 @@ __asm__(
 	"	je control_unmap\n"
 	"	cmp $4, %rax\n"
 	"	je control_clone\n"
+	"	cmp $5, %rax\n"
+	"	je control_await\n"
 	"	mov $-22, %r15\n"
 	"	jmp control_ack\n"
 	"control_map:\n"
@@ -717,8 +719,7 @@ __asm__(
 	"	jz clone_child\n"
 	"	js control_fail\n"
 	"	mov %rax, %r15\n"              /* the ack carries the new thread's host tid */
-	"	inc %r14d\n"
-	"	jmp control_ack\n"
+	"	jmp control_next\n"
 	"clone_child:\n"
 	"	mov 16(%rbx), %rsp\n"         /* the top of its signal stack: signals are still blocked */
 	"	add 32(%rbx), %rsp\n"
@@ -751,6 +752,15 @@ __asm__(
 	"	mov $128, %edi\n"
 	"	syscall\n"
 	"	jmp clone_die\n"
+	/* Wait until a word changes (FUTEX_WAIT on addr while it holds len; prot and off are the
+	 * timeout's seconds and nanoseconds). Whatever the wait returns, the batch goes on. */
+	"control_await:\n"
+	"	mov $202, %eax\n"
+	"	mov %esi, %edx\n"
+	"	xor %esi, %esi\n"             /* FUTEX_WAIT */
+	"	lea 24(%rbx), %r10\n"
+	"	syscall\n"
+	"	jmp control_next\n"
 	"control_next:\n"
 	"	inc %r14d\n"
 	"	jmp control_op\n"

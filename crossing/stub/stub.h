@@ -59,9 +59,10 @@
 #define OP_PROTECT 2  /* addr, len, prot */
 #define OP_UNMAP   3  /* addr, len */
 #define OP_CLONE   4  /* addr: the new runner's RUN_ALIVE word; len, prot, off: its stack_t */
+#define OP_AWAIT   5  /* addr: a u32 to wait on while it holds len; prot, off: the timeout's
+		       * seconds and nanoseconds. It never fails. */
 /* After a batch the control thread writes {u32 seq, u32 index of the failed op or nops,
- * i64 -errno, or 0, or the tid of the thread OP_CLONE made} (16 bytes) to FD_ACK. OP_CLONE
- * ends its batch. */
+ * i64 -errno, or 0, or the tid of the thread OP_CLONE made} (16 bytes) to FD_ACK. */
 
 /* Info page. */
 #define INFO_VDSO  0x00 /* u64: AT_SYSINFO_EHDR of the stub */
