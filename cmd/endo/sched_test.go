@@ -2,15 +2,12 @@ package main
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // The kernelet's promises, seen from tenant programs (tenants/sched.c).
@@ -256,69 +253,5 @@ func TestKerneletMeasurements(t *testing.T) {
 				require.Greater(t, d, time.Duration(0))
 			}
 		})
-	}
-}
-
-// The carriers and the stubs' threads run SCHED_BATCH on the host, so that a thread woken to take
-// over a vCPU from the one that woke it never preempts that one before it sleeps (kernel/weight.go).
-// The sandbox's other threads stay SCHED_OTHER. Without --probe, the sandbox's threads at nice 0
-// are its carriers (the Go runtime's own run at nice 19).
-func TestCarriersAndStubThreadsRunBatch(t *testing.T) {
-	cmd := exec.Command(endoBin, "run", "--cpus", "2", "--rootfs", rootfs, "--", "/bin/sched", "busy", "4", "2000")
-	require.NoError(t, cmd.Start())
-	defer func() {
-		require.NoError(t, cmd.Wait())
-		requireNoStubs(t)
-	}()
-	policy := func(tid int) (uint32, int32, bool) {
-		a, err := unix.SchedGetAttr(tid, 0)
-		if err != nil {
-			return 0, 0, false
-		}
-		return a.Policy, a.Nice, true
-	}
-	tids := func(pid string) []int {
-		ents, _ := os.ReadDir(filepath.Join("/proc", pid, "task"))
-		var out []int
-		for _, e := range ents {
-			if tid, err := strconv.Atoi(e.Name()); err == nil {
-				out = append(out, tid)
-			}
-		}
-		return out
-	}
-	pid := strconv.Itoa(cmd.Process.Pid)
-	var carriers, others, stubThreads []uint32
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		carriers, others, stubThreads = nil, nil, nil
-		for _, tid := range tids(pid) {
-			if p, nice, ok := policy(tid); ok && nice == 0 {
-				carriers = append(carriers, p)
-			} else if ok {
-				others = append(others, p)
-			}
-		}
-		for dir, ppid := range stubs() {
-			if ppid != pid {
-				continue
-			}
-			for _, tid := range tids(filepath.Base(dir)) {
-				if p, _, ok := policy(tid); ok {
-					stubThreads = append(stubThreads, p)
-				}
-			}
-		}
-		if len(carriers) >= 5 && len(stubThreads) >= 6 { // main and four busy threads; their runners and the control thread
-			break
-		}
-	}
-	require.GreaterOrEqual(t, len(carriers), 5, "the tenant's five carriers")
-	require.GreaterOrEqual(t, len(stubThreads), 6, "the stub's runners and control thread")
-	for _, p := range append(carriers, stubThreads...) {
-		require.Equal(t, uint32(unix.SCHED_BATCH), p, "carriers %v, stub threads %v", carriers, stubThreads)
-	}
-	require.NotEmpty(t, others)
-	for _, p := range others {
-		require.Equal(t, uint32(unix.SCHED_NORMAL), p, "the sandbox's own threads %v", others)
 	}
 }

@@ -179,7 +179,6 @@ func (t *Task) run() {
 		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
 		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
 	}
-	defer handOffPolicy()()
 	if t.fresh {
 		// A new thread that must wait for a vCPU waits parked, as a preempted one does: a ring
 		// can take it up without its carrier.

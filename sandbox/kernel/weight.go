@@ -36,38 +36,6 @@ const (
 	niceSandbox = 19 // every other thread of the sandbox
 )
 
-// Carriers and the stubs' threads run SCHED_BATCH on the host (the stub sets it for its own),
-// which differs from SCHED_OTHER only in that a thread woken never preempts the one running on
-// its CPU. Most wake-ups in the pod are hand-offs: a carrier resumes its stub thread, a stub
-// thread traps to its carrier, a runner is given a vCPU, and the waker sleeps right after. A
-// wakee that preempted its waker (at the waker's return from the wake) left it runnable beside
-// the wakee until the host's next tick, 4 ms here: Linux saw three of the pod's threads runnable
-// on two vCPUs. Traced with 50 busy threads on 2 vCPUs beside two busy loops, a carrier was
-// preempted so by the stub thread it resumed in 28 of 411 resumes, and 3 s runs had 7-10 spans
-// of a millisecond or more with three runnable; with SCHED_BATCH, 0 such resumes and 1-5 spans
-// (the rest are wake-ups from the host, such as a timer's, which now wait for the CPU's
-// current thread to sleep or its tick). The probe saw three in 5 of 20 runs, then 1 of 20.
-// The cost is that a thread woken by the host on a CPU that runs another cgroup's thread
-// waits up to a tick rather than preempting it.
-
-// handOffPolicy puts the calling thread (a carrier) in SCHED_BATCH, at its nice, until the
-// returned function is called.
-func handOffPolicy() (undo func()) {
-	set := func(policy uint32) error {
-		a, err := unix.SchedGetAttr(0, 0)
-		if err != nil {
-			return err
-		}
-		// The nice is given: SCHED_FLAG_KEEP_PARAMS, which would keep it, left the policy
-		// unchanged here too (6.18).
-		return unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: policy, Nice: a.Nice}, 0)
-	}
-	if set(unix.SCHED_BATCH) != nil {
-		return func() {}
-	}
-	return func() { set(unix.SCHED_NORMAL) }
-}
-
 // runtimeSize keeps the Go runtime's P count at one more than the pod has vCPUs (at least
 // three), plus one for each live carrier. A P is what lets a thread run Go code. A carrier asleep
 // (its stub's next trap, its turn at a vCPU) now gives its P back as it goes to sleep
