@@ -23,6 +23,8 @@ type Task struct {
 
 	kt    *kernelet.Task // its place in the kernelet: the vCPU it holds, policy, nice, affinity
 	spare bool           // it borrowed an idle vCPU to spin on, returned when someone needs it
+	// stubDone: the carrier is done with the task's stub thread (its last vCPU release follows).
+	stubDone atomic.Bool
 
 	resumeFlags crossing.ResumeFlags
 	fast        bool        // the last trap came from a patched call site (no FPU state at hand)
@@ -170,7 +172,7 @@ func (t *Task) run() {
 		t.kt = t.p.k.sched.NewTask(t)
 	}
 	t.p.mu.Unlock()
-	t.kt.OnGiveWay = t.th.StopSpinning
+	t.kt.OnGiveWay = t.stopSpinning
 	t.kt.OnGrant = t.granted
 	t.th.SpinWhile = &t.kt.SpareHeld
 	t.kt.BeforeWait = t.settled
@@ -274,13 +276,26 @@ func (t *Task) run() {
 			t.deliverSignals()
 		}
 	}
-	t.kt.Exit()
 	t.spare = false
 	t.p.cpu.Add(int64(threadCPU() - started))
 	t.p.k.viaSite.Add(t.viaSite)
 	t.p.k.served.Add(t.served)
 	t.closeInterrupt()
+	t.stubDone.Store(true)
 	t.p.taskDone(t, ended)
+	// The vCPU goes last: the carrier's work for the task (the stub thread's end, a process's
+	// teardown) runs on it. When the vCPU went first, that work ran beside its next holders: 50
+	// threads ending one after the other on 2 vCPUs made the probe see three runnable.
+	t.kt.Exit()
+}
+
+// stopSpinning is the kernelet's OnGiveWay: the stub thread stops spinning as its vCPU goes. Once
+// the carrier is done with the stub (stubDone), there is no thread to stop, and the stub's memory
+// may be gone.
+func (t *Task) stopSpinning() {
+	if !t.stubDone.Load() {
+		t.th.StopSpinning()
+	}
 }
 
 func (t *Task) mask() uint64     { return t.sigmask.Load() }
