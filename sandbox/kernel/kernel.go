@@ -100,7 +100,7 @@ func New(cfg Config) (*Kernel, error) {
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}
 	k.pages.budget = pageCacheBudget(cfg.MemoryBytes)
-	k.goProcs.change(cfg.VCPUs, 0)
+	k.goProcs.resize(cfg.VCPUs)
 	sched.OnWait(k.wantPreempt)
 	sched.OnKick(kick)
 	sched.OnRun(runParked)
@@ -155,7 +155,7 @@ func (k *Kernel) SetVCPUs(n int) error {
 	if err := k.sched.Resize(n); err != nil {
 		return err
 	}
-	k.goProcs.change(n, 0)
+	k.goProcs.resize(n)
 	return nil
 }
 

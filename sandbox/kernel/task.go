@@ -135,10 +135,10 @@ func (t *Task) adapt(elapsed uint64) {
 }
 
 // start runs the task's carrier and waits until the task holds a vCPU, is parked, or waits for
-// one. The new carrier's setup (its host thread, its stolen-time mark, a GOMAXPROCS change, its
-// weight) runs before it has a vCPU: while its creator sleeps, Linux still sees only one of the
-// two runnable. Without this wait a burst of clones made several carriers runnable at once, up
-// to 9 on 2 vCPUs in one probe sample.
+// one. The new carrier's setup (its host thread, its stolen-time mark, its weight) runs before
+// it has a vCPU: while its creator sleeps, Linux still sees only one of the two runnable. Without
+// this wait a burst of clones made several carriers runnable at once, up to 9 on 2 vCPUs in one
+// probe sample.
 func (t *Task) start() {
 	t.started = make(chan struct{})
 	done := t.started
@@ -165,8 +165,6 @@ func (t *Task) run() {
 	defer t.float() // likewise
 	t.recordCarrier()
 	defer t.carrierDone()
-	t.p.k.goProcs.change(0, 1) // a P for the carrier's sleeps (weight.go)
-	defer t.p.k.goProcs.change(0, -1)
 	t.p.mu.Lock() // others find the task's kt under p.mu (sys_sched.go)
 	if t.kt == nil {
 		t.kt = t.p.k.sched.NewTask(t)

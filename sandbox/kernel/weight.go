@@ -37,17 +37,17 @@ const (
 )
 
 // runtimeSize keeps the Go runtime's P count at one more than the pod has vCPUs (at least
-// three), plus one for each live carrier. A P is what lets a thread run Go code. A carrier asleep
-// (its stub's next trap, its turn at a vCPU) now gives its P back as it goes to sleep
-// (crossing.BlockingSyscall6), but it used to keep it until the runtime's monitor took it back.
-// That monitor is a thread at nice 19: beside busy nice 0 threads Linux gives it a CPU only every
-// ~95 ms (its trace showed gaps of 45 ms), so a carrier woken with no P left waited that long.
-// With N+1 Ps in all, eight threads that only yield (in their process's ring, where no carrier
-// wakes) while the main thread slept 2 ms at a time: 2000 sleeps took 12 s on 1 vCPU and 27 s on
-// 2 (4.2 s natively); with a P for each carrier, 4.8 s and 7.1 s. (Whether fewer Ps would do now
-// that a sleeping carrier holds none has not been measured.) Idle Ps cost no CPU, and Linux
-// divides CPU between cgroups whatever their thread counts; the carriers' Go code still runs only
-// on a vCPU.
+// three). A P is what lets a thread run Go code. A carrier asleep (its stub's next trap, its turn
+// at a vCPU) gives its P back as it goes to sleep (crossing.BlockingSyscall6), so only the N
+// carriers that hold a vCPU, those spinning on a spare one, and the sandbox's own goroutines need
+// one. When a sleeping carrier kept its P until the runtime's monitor took it back (a thread at
+// nice 19, which beside busy threads ran only every ~95 ms), each live carrier had a P of its own:
+// eight threads that only yield while the main thread slept 2 ms at a time took 12 s for 2000
+// sleeps on 1 vCPU and 27 s on 2 with N+1 Ps, 4.8 s and 7.1 s with a P a carrier. Now sched-perf's
+// row 6 (the same load) is as late with N+1 Ps as it was with one a carrier (2.23x and 2.44x of
+// Linux, against 2.52x and 2.18x), and no thread's start changes the count: each change stops
+// the world, and a new thread's carrier waited up to 3 ms for that beside the pod's two runners,
+// which the probe counted as three runnable.
 //
 // Earlier, when the runtime's threads ran at nice 0, more Ps meant more of them awake beside the
 // N that hold a vCPU (measured on 2 CPUs with 50 busy tasks beside a sibling cgroup: 2 Ps,
@@ -55,35 +55,19 @@ const (
 // 1024. The one more than N is for the sandbox's own goroutines (a pipe read's poll, the probe):
 // two processes yielding to each other on one vCPU alternated less than 0.9 of the time in 4 of
 // 12 runs with N Ps, as the one woken from a pipe read waited for a P.
-//
-// The count grows by doubling and shrinks to twice what is needed once four times that would
-// do: each change stops the world.
 type runtimeSize struct {
-	mu       sync.Mutex
-	vcpus    int
-	carriers int
-	procs    int
+	mu    sync.Mutex
+	procs int
 }
 
-// change adds dCarriers live carriers and, with vcpus > 0, sets the vCPU count, then resizes
-// the runtime when its P count is out of bounds.
-func (r *runtimeSize) change(vcpus, dCarriers int) {
+// resize sets the P count for a pod of vcpus vCPUs.
+func (r *runtimeSize) resize(vcpus int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if vcpus > 0 {
-		r.vcpus = vcpus
+	if need := max(vcpus, 2) + 1; need != r.procs {
+		r.procs = need
+		runtime.GOMAXPROCS(need)
 	}
-	r.carriers += dCarriers
-	need := max(r.vcpus, 2) + 1 + r.carriers
-	switch {
-	case need > r.procs:
-		r.procs = max(need, min(2*r.procs, need+64))
-	case 4*need <= r.procs:
-		r.procs = 2 * need
-	default:
-		return
-	}
-	runtime.GOMAXPROCS(r.procs)
 }
 
 // atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until
