@@ -195,11 +195,11 @@ func schedPerf(args []string) int {
 	fmt.Print(`
 Rows 1-3, Endo: kernelet tasks measured inside this process (no tenant code, no stub), each on
   a thread of its own that sleeps on a host futex, as a carrier does, with a Go P to spare (a
-  carrier gives its P back as it sleeps); in rows 1-2 both threads are pinned to host CPU 0, as Linux's are. Rows 2-3: the
-  wakee sleeps as a task blocked in the kernel; the waker calls Wake, as the kernel's futex wake
-  does, the holder of the wakee's vCPU is kicked (row 3: its thread is woken from its futex) and
-  gives way, and the grant wakes the wakee's thread; from just before Wake until the wakee holds
-  the vCPU.
+  carrier gives its P back as it sleeps); in rows 1-2 both threads are pinned to host CPU 0, as
+  Linux's are. Rows 2-3: the wakee sleeps as a task blocked in the kernel; the waker calls Wake,
+  as the kernel's futex wake does, the holder of the wakee's vCPU is kicked (row 3: its thread
+  is woken from its futex) and gives way, and the grant wakes the wakee's thread; from just
+  before Wake until the wakee holds the vCPU.
 Row 1, Linux: two threads pinned to CPU 0; a sample is one sched_yield call (the other thread's
   turn and two switches); alt = the share of calls during which the other thread ran.
 Row 1a: the same tenant in endo run --cpus 1 (under taskset -c 0): each yield traps (seccomp's

@@ -43,11 +43,11 @@ const (
 // one. When a sleeping carrier kept its P until the runtime's monitor took it back (a thread at
 // nice 19, which beside busy threads ran only every ~95 ms), each live carrier had a P of its own:
 // eight threads that only yield while the main thread slept 2 ms at a time took 12 s for 2000
-// sleeps on 1 vCPU and 27 s on 2 with N+1 Ps, 4.8 s and 7.1 s with a P a carrier. Now sched-perf's
-// row 6 (the same load) is as late with N+1 Ps as it was with one a carrier (2.23x and 2.44x of
-// Linux, against 2.52x and 2.18x), and no thread's start changes the count: each change stops
-// the world, and a new thread's carrier waited up to 3 ms for that beside the pod's two runners,
-// which the probe counted as three runnable.
+// sleeps on 1 vCPU and 27 s on 2 with N+1 Ps, 4.8 s and 7.1 s with a P for each carrier. Now
+// sched-perf's row 6 (the same load) is as late with N+1 Ps as with a P for each carrier (2.23x
+// and 2.44x of Linux in two runs, against 2.52x and 2.18x), and no thread's start changes the
+// count: each change stops the world, and a new thread's carrier waited up to 3 ms for that
+// beside the pod's two runners, which the probe counted as three runnable.
 //
 // Earlier, when the runtime's threads ran at nice 0, more Ps meant more of them awake beside the
 // N that hold a vCPU (measured on 2 CPUs with 50 busy tasks beside a sibling cgroup: 2 Ps,
