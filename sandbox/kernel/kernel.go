@@ -48,8 +48,7 @@ type Kernel struct {
 	releasing  sync.WaitGroup // processes whose memory is being given back
 	preempting bool           // the preemption ticker runs (guarded by mu)
 	probe      *probe
-	stolen     stolenBook  // the carriers' run-queue wait (probe.go)
-	goProcs    runtimeSize // the Go runtime's P count (weight.go)
+	stolen     stolenBook // the carriers' run-queue wait (probe.go)
 	faults     FaultCounts
 	pages      pageCache      // program files' pages, shared by the processes that map them
 	refilling  sync.WaitGroup // spare stubs being started
@@ -100,7 +99,7 @@ func New(cfg Config) (*Kernel, error) {
 		spares: make(chan spareStub, spareStubs), unimpl: map[uint64]int{},
 	}
 	k.pages.budget = pageCacheBudget(cfg.MemoryBytes)
-	k.goProcs.resize(cfg.VCPUs)
+	runtimeProcs(cfg.VCPUs)
 	sched.OnWait(k.wantPreempt)
 	sched.OnKick(kick)
 	sched.OnRun(runParked)
@@ -155,7 +154,7 @@ func (k *Kernel) SetVCPUs(n int) error {
 	if err := k.sched.Resize(n); err != nil {
 		return err
 	}
-	k.goProcs.resize(n)
+	runtimeProcs(n)
 	return nil
 }
 

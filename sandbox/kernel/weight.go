@@ -4,7 +4,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +35,7 @@ const (
 	niceSandbox = 19 // every other thread of the sandbox
 )
 
-// runtimeSize keeps the Go runtime's P count at one more than the pod has vCPUs (at least
+// runtimeProcs sets the Go runtime's P count to one more than the pod has vCPUs (at least
 // three). A P is what lets a thread run Go code. A carrier asleep (its stub's next trap, its turn
 // at a vCPU) gives its P back as it goes to sleep (crossing.BlockingSyscall6), so only the N
 // carriers that hold a vCPU, those spinning on a spare one, and the sandbox's own goroutines need
@@ -54,20 +53,10 @@ const (
 // sibling 0.84-0.88 of its share; 3 Ps, 0.74-0.80; 5 Ps, 0.75); at nice 19 they weigh 15 against
 // 1024. The one more than N is for the sandbox's own goroutines (a pipe read's poll, the probe):
 // two processes yielding to each other on one vCPU alternated less than 0.9 of the time in 4 of
-// 12 runs with N Ps, as the one woken from a pipe read waited for a P.
-type runtimeSize struct {
-	mu    sync.Mutex
-	procs int
-}
-
-// resize sets the P count for a pod of vcpus vCPUs.
-func (r *runtimeSize) resize(vcpus int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if need := max(vcpus, 2) + 1; need != r.procs {
-		r.procs = need
-		runtime.GOMAXPROCS(need)
-	}
+// 12 runs with N Ps, as the one woken from a pipe read waited for a P. The runtime stops the
+// world only when the count changes.
+func runtimeProcs(vcpus int) {
+	runtime.GOMAXPROCS(max(vcpus, 2) + 1)
 }
 
 // atCarrierWeight runs the calling goroutine on a thread of its own at the carriers' weight until
