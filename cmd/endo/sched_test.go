@@ -2,12 +2,15 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // The kernelet's promises, seen from tenant programs (tenants/sched.c).
@@ -253,5 +256,84 @@ func TestKerneletMeasurements(t *testing.T) {
 				require.Greater(t, d, time.Duration(0))
 			}
 		})
+	}
+}
+
+// The carriers and the stubs' threads run SCHED_BATCH on the host, so that a thread woken to take
+// over a vCPU from the one that woke it never preempts that one before it sleeps; a carrier that
+// waits in the kernel for something else (here the main thread's nanosleep) waits at SCHED_OTHER,
+// so that its wake-up is not held back (kernel/weight.go). The sandbox's other threads stay
+// SCHED_OTHER. Without --probe, the sandbox's threads at nice 0 are its carriers (the Go runtime's
+// own run at nice 19).
+func TestCarriersAndStubThreadsRunBatch(t *testing.T) {
+	cmd := exec.Command(endoBin, "run", "--cpus", "2", "--rootfs", rootfs, "--", "/bin/sched", "busy", "4", "2000")
+	require.NoError(t, cmd.Start())
+	defer func() {
+		require.NoError(t, cmd.Wait())
+		requireNoStubs(t)
+	}()
+	policy := func(tid int) (uint32, int32, bool) {
+		a, err := unix.SchedGetAttr(tid, 0)
+		if err != nil {
+			return 0, 0, false
+		}
+		return a.Policy, a.Nice, true
+	}
+	tids := func(pid string) []int {
+		ents, _ := os.ReadDir(filepath.Join("/proc", pid, "task"))
+		var out []int
+		for _, e := range ents {
+			if tid, err := strconv.Atoi(e.Name()); err == nil {
+				out = append(out, tid)
+			}
+		}
+		return out
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	var carriers, others, stubThreads []uint32
+	var batch, normal int // carriers so
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		carriers, others, stubThreads = nil, nil, nil
+		batch, normal = 0, 0
+		for _, tid := range tids(pid) {
+			if p, nice, ok := policy(tid); ok && nice == 0 {
+				carriers = append(carriers, p)
+				switch p {
+				case unix.SCHED_BATCH:
+					batch++
+				case unix.SCHED_NORMAL:
+					normal++
+				}
+			} else if ok {
+				others = append(others, p)
+			}
+		}
+		for dir, ppid := range stubs() {
+			if ppid != pid {
+				continue
+			}
+			for _, tid := range tids(filepath.Base(dir)) {
+				if p, _, ok := policy(tid); ok {
+					stubThreads = append(stubThreads, p)
+				}
+			}
+		}
+		// Main and four busy threads; their runners and the control thread. Main may still be
+		// on its way to its sleep at a first look.
+		if len(carriers) >= 5 && len(stubThreads) >= 6 && normal >= 1 {
+			break
+		}
+	}
+	require.GreaterOrEqual(t, len(carriers), 5, "the tenant's five carriers")
+	require.GreaterOrEqual(t, len(stubThreads), 6, "the stub's runners and control thread")
+	require.Equal(t, len(carriers), batch+normal, "carriers %v", carriers)
+	require.GreaterOrEqual(t, batch, 4, "the busy threads' carriers: %v", carriers)
+	require.GreaterOrEqual(t, normal, 1, "the sleeping main thread's carrier: %v", carriers)
+	for _, p := range stubThreads {
+		require.Equal(t, uint32(unix.SCHED_BATCH), p, "stub threads %v", stubThreads)
+	}
+	require.NotEmpty(t, others)
+	for _, p := range others {
+		require.Equal(t, uint32(unix.SCHED_NORMAL), p, "the sandbox's own threads %v", others)
 	}
 }
