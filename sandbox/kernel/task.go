@@ -65,8 +65,11 @@ type Task struct {
 	// fresh: a new thread of a running process that has not run yet (thread.go).
 	fresh bool
 	// started is closed once the task's carrier holds a vCPU, has parked the task, or is about
-	// to wait for a vCPU; nil after (start).
-	started chan struct{}
+	// to wait for a vCPU; nil after (start). When a task's carrier starts it, startedBy is that
+	// task, woken on its park word instead, once settled is true.
+	started   chan struct{}
+	startedBy *Task
+	settledOK atomic.Bool
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
@@ -141,11 +144,22 @@ func (t *Task) adapt(elapsed uint64) {
 // it has a vCPU: while its creator sleeps, Linux still sees only one of the two runnable. Without
 // this wait a burst of clones made several carriers runnable at once, up to 9 on 2 vCPUs in one
 // probe sample.
-func (t *Task) start() {
-	t.started = make(chan struct{})
-	done := t.started
+//
+// by is the task whose carrier starts this one, or nil. Its carrier waits on its park word,
+// which the new carrier wakes directly: through a channel, the wake-up went by the Go runtime,
+// which woke one of its own threads to hand the waiting carrier a P, and that thread, woken on
+// the new carrier's CPU, preempted it before it could sleep (the probe saw three runnable).
+func (t *Task) start(by *Task) {
+	if by == nil {
+		t.started = make(chan struct{})
+		done := t.started
+		go t.run()
+		<-done
+		return
+	}
+	t.startedBy = by
 	go t.run()
-	<-done
+	by.park.Until(t.settledOK.Load)
 }
 
 // settled lets start return (the task's carrier runs it).
@@ -153,6 +167,11 @@ func (t *Task) settled() {
 	if t.started != nil {
 		close(t.started)
 		t.started = nil
+	}
+	if by := t.startedBy; by != nil {
+		t.startedBy = nil
+		t.settledOK.Store(true)
+		by.park.Wake()
 	}
 }
 
