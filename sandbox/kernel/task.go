@@ -69,7 +69,9 @@ type Task struct {
 	// task, woken on its park word instead, once settled is true.
 	started   chan struct{}
 	startedBy *Task
-	settledOK atomic.Bool
+	// The handshake of a start by another task: the new carrier is set up (carrierUp), the
+	// creator hands it the task (handedOver), the task is settled (settledOK).
+	carrierUp, handedOver, settledOK atomic.Bool
 }
 
 // Spin windows, in microseconds. The carrier must spin longer than the tenant's gap between
@@ -145,20 +147,36 @@ func (t *Task) adapt(elapsed uint64) {
 // this wait a burst of clones made several carriers runnable at once, up to 9 on 2 vCPUs in one
 // probe sample.
 //
-// by is the task whose carrier starts this one, or nil. Its carrier waits on its park word,
-// which the new carrier wakes directly: through a channel, the wake-up went by the Go runtime,
-// which woke one of its own threads to hand the waiting carrier a P, and that thread, woken on
-// the new carrier's CPU, preempted it before it could sleep (the probe saw three runnable).
+// by is the task whose carrier starts this one, or nil. The two carriers then meet on their park
+// words, each waking the other with one host call. For a new thread, the Go runtime's part (a
+// thread for the new goroutine, which it wakes and which may preempt the creator) is over before
+// the new carrier counts as the task's: the new carrier first sleeps, set up, until its creator
+// hands it the task and sleeps in turn. When the runtime's thread, woken as the goroutine started,
+// preempted the creator and went on to run the task, the two carriers were runnable at once
+// beside the other vCPU's runner (traced: for 300 us, which the probe saw as three). Through a
+// channel the new carrier's "settled" went by the Go runtime too, which woke another of its
+// threads to hand the creator a P; that one preempted the new carrier before it could sleep.
 func (t *Task) start(by *Task) {
 	if by == nil {
 		t.started = make(chan struct{})
 		done := t.started
-		go t.run()
+		go t.run(nil)
 		<-done
 		return
 	}
 	t.startedBy = by
-	go t.run()
+	if !t.fresh {
+		// A forked child's carrier goes straight on: the handshake below cost a fork 50-70 us
+		// (endo bench, fork + exit + wait: 249-301 us without, 307-377 with), and a fork is
+		// far rarer than a new thread in the loads the probe watches.
+		go t.run(nil)
+		by.park.Until(t.settledOK.Load)
+		return
+	}
+	go t.run(by)
+	by.park.Until(t.carrierUp.Load)
+	t.handedOver.Store(true)
+	t.park.Wake()
 	by.park.Until(t.settledOK.Load)
 }
 
@@ -176,14 +194,26 @@ func (t *Task) settled() {
 }
 
 // run is the task's life: resume tenant code, serve its trap, repeat. The goroutine keeps its
-// OS thread so that the raw futex waits of the crossing keep their P.
-func (t *Task) run() {
+// OS thread so that the raw futex waits of the crossing keep their P. by is the task that
+// started this one, if any (start).
+func (t *Task) run(by *Task) {
 	defer t.settled() // should the task end before it ever ran
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer t.dropCreds() // before the thread goes back to the runtime
 	t.home.cpu = crossing.Anywhere
 	defer t.float() // likewise
+	if t.p.k.lowWeight {
+		// Carriers weigh what the stubs they take turns with weigh (weight.go).
+		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
+		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
+	}
+	defer t.policy.enter()()
+	if by != nil {
+		t.carrierUp.Store(true)
+		by.park.Wake()
+		t.park.Until(t.handedOver.Load)
+	}
 	t.recordCarrier()
 	defer t.carrierDone()
 	t.p.mu.Lock() // others find the task's kt under p.mu (sys_sched.go)
@@ -195,12 +225,6 @@ func (t *Task) run() {
 	t.kt.OnGrant = t.granted
 	t.th.SpinWhile = &t.kt.SpareHeld
 	t.kt.BeforeWait = t.settled
-	if t.p.k.lowWeight {
-		// Carriers weigh what the stubs they take turns with weigh (weight.go).
-		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
-		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
-	}
-	defer t.policy.enter()()
 	if t.fresh {
 		// A new thread that must wait for a vCPU waits parked, as a preempted one does: a ring
 		// can take it up without its carrier.
