@@ -45,10 +45,10 @@ func endoCPUs(t *testing.T, cpus string, args ...string) result {
 // creator (before Task.start waited for it), a burst of clones showed up to 9. The probe counts a
 // thread only if it stayed runnable over two reads (kernel/probe.go), so a scan that passes a
 // hand-off does not count both ends: with it, 3 in 12 of 4662 samples (34 runs, 10 of them saw
-// one), mostly a new thread's carrier beside the two runners of an open ring. Since carriers and
-// stub threads run SCHED_BATCH on the host (kernel/weight.go) and a new thread's carrier is
-// handed its task only once set up (Task.start), 3 of 80 runs saw three (10 of 120 before). The
-// threads take turns in a ring (--report says so).
+// one), mostly a new thread's carrier beside the two runners of an open ring. Since the stubs'
+// threads run SCHED_BATCH on the host (kernel/weight.go) and a new thread's carrier is handed
+// its task only once set up (Task.start), 2 of 40 runs saw three (10 of 40 with no thread at
+// SCHED_BATCH). The threads take turns in a ring (--report says so).
 func TestProbeSeesAtMostNRunnable(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--report", "--rootfs", rootfs, "--", "/bin/sched", "busy", "50", "3000")
 	require.Equal(t, 0, got.code, got.stderr)
@@ -261,13 +261,11 @@ func TestKerneletMeasurements(t *testing.T) {
 	}
 }
 
-// The carriers and the stubs' threads run SCHED_BATCH on the host, so that a thread woken to take
-// over a vCPU from the one that woke it never preempts that one before it sleeps; a carrier that
-// waits in the kernel for something else (here the main thread's nanosleep) waits at SCHED_OTHER,
-// so that its wake-up is not held back (kernel/weight.go). The sandbox's other threads stay
-// SCHED_OTHER. Without --probe, the sandbox's threads at nice 0 are its carriers (the Go runtime's
-// own run at nice 19).
-func TestCarriersAndStubThreadsRunBatch(t *testing.T) {
+// The stubs' threads run SCHED_BATCH on the host, so that a runner woken to take over from the
+// thread that woke it never preempts that one before it sleeps; the carriers and the sandbox's
+// own threads stay SCHED_OTHER (kernel/weight.go). Without --probe, the sandbox's threads at
+// nice 0 are its carriers (the Go runtime's own run at nice 19).
+func TestStubThreadsRunBatch(t *testing.T) {
 	cmd := exec.Command(endoBin, "run", "--cpus", "2", "--rootfs", rootfs, "--", "/bin/sched", "busy", "4", "2000")
 	require.NoError(t, cmd.Start())
 	defer func() {
@@ -293,19 +291,11 @@ func TestCarriersAndStubThreadsRunBatch(t *testing.T) {
 	}
 	pid := strconv.Itoa(cmd.Process.Pid)
 	var carriers, others, stubThreads []uint32
-	var batch, normal int // carriers so
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		carriers, others, stubThreads = nil, nil, nil
-		batch, normal = 0, 0
 		for _, tid := range tids(pid) {
 			if p, nice, ok := policy(tid); ok && nice == 0 {
 				carriers = append(carriers, p)
-				switch p {
-				case unix.SCHED_BATCH:
-					batch++
-				case unix.SCHED_NORMAL:
-					normal++
-				}
 			} else if ok {
 				others = append(others, p)
 			}
@@ -320,19 +310,17 @@ func TestCarriersAndStubThreadsRunBatch(t *testing.T) {
 				}
 			}
 		}
-		// Main and four busy threads; their runners and the control thread. Main may still be
-		// on its way to its sleep at a first look.
-		if len(carriers) >= 5 && len(stubThreads) >= 6 && normal >= 1 {
+		if len(carriers) >= 5 && len(stubThreads) >= 6 { // main and four busy threads; their runners and the control thread
 			break
 		}
 	}
 	require.GreaterOrEqual(t, len(carriers), 5, "the tenant's five carriers")
 	require.GreaterOrEqual(t, len(stubThreads), 6, "the stub's runners and control thread")
-	require.Equal(t, len(carriers), batch+normal, "carriers %v", carriers)
-	require.GreaterOrEqual(t, batch, 4, "the busy threads' carriers: %v", carriers)
-	require.GreaterOrEqual(t, normal, 1, "the sleeping main thread's carrier: %v", carriers)
 	for _, p := range stubThreads {
 		require.Equal(t, uint32(unix.SCHED_BATCH), p, "stub threads %v", stubThreads)
+	}
+	for _, p := range carriers {
+		require.Equal(t, uint32(unix.SCHED_NORMAL), p, "carriers %v", carriers)
 	}
 	require.NotEmpty(t, others)
 	for _, p := range others {

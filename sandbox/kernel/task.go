@@ -52,8 +52,6 @@ type Task struct {
 
 	spin spinState
 	home home // the host CPU its hand-offs sleep on (home.go)
-	// policy: the carrier's host scheduling policy, which kernel waits change (weight.go)
-	policy hostPolicy
 	// quiet: the task has just made another runnable (a fork, a new thread), whose carrier and
 	// stub thread need the host's CPUs to start: its next round trip spins on neither side.
 	quiet bool
@@ -208,7 +206,6 @@ func (t *Task) run(by *Task) {
 		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
 		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
 	}
-	defer t.policy.enter()()
 	if by != nil {
 		t.carrierUp.Store(true)
 		by.park.Wake()
@@ -441,14 +438,13 @@ func (t *Task) giveUpVCPUs() {
 	t.spare = false
 }
 
-// blocking runs fn (which may block in the host) without holding the vCPU, with the carrier at
-// SCHED_OTHER on the host (hostPolicy, weight.go). fn should also return when t.interrupt is
-// poked (a signal came).
+// blocking runs fn (which may block in the host) without holding the vCPU. fn should also
+// return when t.interrupt is poked (a signal came).
 func (t *Task) blocking(fn func()) {
 	t.giveUpVCPUs()
 	t.spin.calm = 0
 	t.waiting.Store(true)
-	t.policy.await(fn)
+	fn()
 	t.kt.Acquire() // to a vCPU, kicking a holder of lower rank
 	t.waiting.Store(false)
 }

@@ -35,57 +35,18 @@ const (
 	niceSandbox = 19 // every other thread of the sandbox
 )
 
-// Carriers and the stubs' threads run SCHED_BATCH on the host (the stub sets it for its own),
-// which differs from SCHED_OTHER only in that a thread woken never preempts the one running on
-// its CPU. Most wake-ups in the pod are hand-offs: a carrier resumes its stub thread, a stub
-// thread traps to its carrier, a runner is given a vCPU, a new thread's carrier lets its creator
-// go on, and the waker sleeps right after. A wakee that preempted its waker (at the waker's
-// return from the wake) left it runnable beside the wakee until the host's next tick, 4 ms here:
-// Linux saw three of the pod's threads runnable on two vCPUs. Traced with 50 busy threads on 2
-// vCPUs beside two busy loops, a carrier was preempted so by the stub thread it resumed in 28 of
-// 411 resumes; with SCHED_BATCH, in none.
-//
-// hostPolicy is a carrier's scheduling policy on the host: SCHED_BATCH for the hand-offs of its
-// task's life, SCHED_OTHER while it waits in the kernel (Task.blocking) for a timer, a host file,
-// or another task that wakes it and goes on running. Those wake-ups are not hand-offs: at
-// SCHED_BATCH the carrier waited behind a busy runner until the host's next tick (traced: a
-// sleep's end, 1.6 ms beside the pod's two runners, which the probe saw as three runnable);
-// at SCHED_OTHER it takes the CPU at once, as any thread woken so does, and is asleep again or
-// holds a vCPU within microseconds.
-type hostPolicy struct {
-	batch bool  // the thread runs SCHED_BATCH
-	nice  int32 // its nice, which each change of policy must give again
-}
-
-// setPolicy sets the calling thread's policy at nice. The nice is given: SCHED_FLAG_KEEP_PARAMS,
-// which would keep it, left the policy unchanged too (6.18).
-func setPolicy(policy uint32, nice int32) error {
-	return unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: policy, Nice: nice}, 0)
-}
-
-// enter puts the calling thread (a carrier) in SCHED_BATCH at its nice, until the returned
-// function is called.
-func (h *hostPolicy) enter() (undo func()) {
-	a, err := unix.SchedGetAttr(0, 0)
-	if err != nil || a.Policy != unix.SCHED_NORMAL || setPolicy(unix.SCHED_BATCH, a.Nice) != nil {
-		return func() {}
-	}
-	h.batch, h.nice = true, a.Nice
-	return func() {
-		h.batch = false
-		setPolicy(unix.SCHED_NORMAL, h.nice)
-	}
-}
-
-// await runs fn, a wait that is not a hand-off, at SCHED_OTHER.
-func (h *hostPolicy) await(fn func()) {
-	if !h.batch || setPolicy(unix.SCHED_NORMAL, h.nice) != nil {
-		fn()
-		return
-	}
-	fn()
-	setPolicy(unix.SCHED_BATCH, h.nice)
-}
+// The stubs' threads run SCHED_BATCH on the host (the stub sets it for its own), which differs
+// from SCHED_OTHER only in that a thread woken never preempts the one running on its CPU. A
+// runner is mostly woken to take over from the thread that woke it (its carrier's resume, a
+// ring's grow, another task's carrier that hands a parked task its turn), which sleeps right
+// after. A wakee that preempted its waker at the wake's return left the waker runnable beside it
+// until the host's next tick, 4 ms here: when the waker had just given its vCPU away, Linux saw
+// three of the pod's tasks runnable on two vCPUs. Probe, 50 busy threads on 2 vCPUs, 40
+// interleaved runs each: three seen in 10 runs with every thread at SCHED_OTHER, in 2 with the
+// stubs' threads at SCHED_BATCH, in 1-2 with the carriers too. Carriers stay at SCHED_OTHER: at
+// SCHED_BATCH as well, 50 threads in two processes beside a sibling cgroup's busy loops took
+// 4.3 s to start (mean of 10) against 3.1 s, and 1.8 s with no thread at SCHED_BATCH: a wakee
+// put on a CPU where the sibling runs waits for the tick rather than preempting it.
 
 // runtimeProcs sets the Go runtime's P count to one more than the pod has vCPUs (at least
 // three). A P is what lets a thread run Go code. A carrier asleep (its stub's next trap, its turn
