@@ -93,7 +93,7 @@ func TestProbeSeesAtMostNRunnable(t *testing.T) {
 // long as the stop signal took, a sample in eight saw three or four, and the pod took up to 1.26
 // CPUs beside a sibling cgroup of equal weight (fair: 1).
 func TestProbeTwoProcessesTakeTurns(t *testing.T) {
-	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--report", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "3", "procs")
+	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--report", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "5", "procs")
 	require.Equal(t, 0, got.code, got.stderr)
 	require.Contains(t, got.stdout, "fair ok 50")
 	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on 2 vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
@@ -102,15 +102,17 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	samples, _ := strconv.Atoi(m[3])
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
 	require.LessOrEqual(t, float64(over), 0.06*float64(samples), got.stderr)
-	// --report: the processes' rings were open for much of the run (two rings over 3 s: up to
-	// 6 s in all, 4.4-5.6 s seen; the bound leaves room for a slow start on a busy host), and the
-	// kernelet's own slice-end switches mostly stayed within a process.
+	// --report: the processes' rings were open for much of the run (two rings over 5 s: up to
+	// 10 s in all, 4.5-8.0 s seen), and the kernelet's own slice-end switches mostly stayed within
+	// a process. The window counts from the tenant's start, and its threads took 0.7-2.1 s to
+	// start in those runs: with a 3 s window (up to 6 s of rings) the open time was 1.7-4.6 s in
+	// an hour when the host was slow, below the 2 s asked then, with or without SCHED_BATCH.
 	r := regexp.MustCompile(`rings of equal tasks: opened (\d+) times, taken back \d+ times, open ([0-9.]+) s`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, r, got.stderr)
 	opened, _ := strconv.Atoi(r[1])
 	open, _ := strconv.ParseFloat(r[2], 64)
 	require.GreaterOrEqual(t, opened, 2, "a ring a process: %s", got.stderr)
-	require.GreaterOrEqual(t, open, 2.0, got.stderr)
+	require.GreaterOrEqual(t, open, 3.0, got.stderr)
 	sw := regexp.MustCompile(`slice-end switches: (\d+) within a process, (\d+) between processes`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, sw, got.stderr)
 	within, _ := strconv.Atoi(sw[1])
