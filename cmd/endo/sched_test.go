@@ -48,7 +48,8 @@ func endoCPUs(t *testing.T, cpus string, args ...string) result {
 // one), mostly a new thread's carrier beside the two runners of an open ring. Since the stubs'
 // threads run SCHED_BATCH on the host (kernel/weight.go) and a new thread's carrier is handed
 // its task only once set up (Task.start), 2 of 40 runs saw three (10 of 40 with no thread at
-// SCHED_BATCH). The threads take turns in a ring (--report says so).
+// SCHED_BATCH, interleaved); the rate moves with the host, and an hour later 4 of 15 back-to-back
+// runs of this test saw three. The threads take turns in a ring (--report says so).
 func TestProbeSeesAtMostNRunnable(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--report", "--rootfs", rootfs, "--", "/bin/sched", "busy", "50", "3000")
 	require.Equal(t, 0, got.code, got.stderr)
