@@ -2,15 +2,12 @@ package main
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // The kernelet's promises, seen from tenant programs (tenants/sched.c).
@@ -45,11 +42,11 @@ func endoCPUs(t *testing.T, cpus string, args ...string) result {
 // creator (before Task.start waited for it), a burst of clones showed up to 9. The probe counts a
 // thread only if it stayed runnable over two reads (kernel/probe.go), so a scan that passes a
 // hand-off does not count both ends: with it, 3 in 12 of 4662 samples (34 runs, 10 of them saw
-// one), mostly a new thread's carrier beside the two runners of an open ring. Since the stubs'
-// threads run SCHED_BATCH on the host (kernel/weight.go) and a new thread's carrier is handed
-// its task only once set up (Task.start), 2 of 40 runs saw three (10 of 40 with no thread at
-// SCHED_BATCH, interleaved); the rate moves with the host, and an hour later 4 of 15 back-to-back
-// runs of this test saw three. The threads take turns in a ring (--report says so).
+// one), mostly a new thread's carrier beside the two runners of an open ring. With a new
+// thread's carrier handed its task only once set up (Task.start), 10 of 40 runs saw three (2 of
+// 40 with the stubs' threads at SCHED_BATCH, which slowed thread start: kernel/weight.go); the
+// rate moves with the host's load from hour to hour. The threads take turns in a ring (--report
+// says so).
 func TestProbeSeesAtMostNRunnable(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--report", "--rootfs", rootfs, "--", "/bin/sched", "busy", "50", "3000")
 	require.Equal(t, 0, got.code, got.stderr)
@@ -104,10 +101,10 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
 	require.LessOrEqual(t, float64(over), 0.06*float64(samples), got.stderr)
 	// --report: the processes' rings were open for much of the run (two rings over 5 s: up to
-	// 10 s in all, 4.5-8.0 s seen), and the kernelet's own slice-end switches mostly stayed within
-	// a process. The window counts from the tenant's start, and its threads took 0.7-2.1 s to
-	// start in those runs: with a 3 s window (up to 6 s of rings) the open time was 1.7-4.6 s in
-	// an hour when the host was slow, below the 2 s asked then, with or without SCHED_BATCH.
+	// 10 s in all, 5.4-7.8 s seen in 8 runs), and the kernelet's own slice-end switches mostly
+	// stayed within a process. The window counts from the tenant's start, and its threads took
+	// 0.7-1.9 s to start in those runs: with a 3 s window (up to 6 s of rings) the open time was
+	// 1.7-4.6 s in an hour when the host was slow, below the 2 s asked then.
 	r := regexp.MustCompile(`rings of equal tasks: opened (\d+) times, taken back \d+ times, open ([0-9.]+) s`).FindStringSubmatch(got.stderr)
 	require.NotNil(t, r, got.stderr)
 	opened, _ := strconv.Atoi(r[1])
@@ -261,72 +258,5 @@ func TestKerneletMeasurements(t *testing.T) {
 				require.Greater(t, d, time.Duration(0))
 			}
 		})
-	}
-}
-
-// The stubs' threads run SCHED_BATCH on the host, so that a runner woken to take over from the
-// thread that woke it never preempts that one before it sleeps; the carriers and the sandbox's
-// own threads stay SCHED_OTHER (kernel/weight.go). Without --probe, the sandbox's threads at
-// nice 0 are its carriers (the Go runtime's own run at nice 19).
-func TestStubThreadsRunBatch(t *testing.T) {
-	cmd := exec.Command(endoBin, "run", "--cpus", "2", "--rootfs", rootfs, "--", "/bin/sched", "busy", "4", "2000")
-	require.NoError(t, cmd.Start())
-	defer func() {
-		require.NoError(t, cmd.Wait())
-		requireNoStubs(t)
-	}()
-	policy := func(tid int) (uint32, int32, bool) {
-		a, err := unix.SchedGetAttr(tid, 0)
-		if err != nil {
-			return 0, 0, false
-		}
-		return a.Policy, a.Nice, true
-	}
-	tids := func(pid string) []int {
-		ents, _ := os.ReadDir(filepath.Join("/proc", pid, "task"))
-		var out []int
-		for _, e := range ents {
-			if tid, err := strconv.Atoi(e.Name()); err == nil {
-				out = append(out, tid)
-			}
-		}
-		return out
-	}
-	pid := strconv.Itoa(cmd.Process.Pid)
-	var carriers, others, stubThreads []uint32
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		carriers, others, stubThreads = nil, nil, nil
-		for _, tid := range tids(pid) {
-			if p, nice, ok := policy(tid); ok && nice == 0 {
-				carriers = append(carriers, p)
-			} else if ok {
-				others = append(others, p)
-			}
-		}
-		for dir, ppid := range stubs() {
-			if ppid != pid {
-				continue
-			}
-			for _, tid := range tids(filepath.Base(dir)) {
-				if p, _, ok := policy(tid); ok {
-					stubThreads = append(stubThreads, p)
-				}
-			}
-		}
-		if len(carriers) >= 5 && len(stubThreads) >= 6 { // main and four busy threads; their runners and the control thread
-			break
-		}
-	}
-	require.GreaterOrEqual(t, len(carriers), 5, "the tenant's five carriers")
-	require.GreaterOrEqual(t, len(stubThreads), 6, "the stub's runners and control thread")
-	for _, p := range stubThreads {
-		require.Equal(t, uint32(unix.SCHED_BATCH), p, "stub threads %v", stubThreads)
-	}
-	for _, p := range carriers {
-		require.Equal(t, uint32(unix.SCHED_NORMAL), p, "carriers %v", carriers)
-	}
-	require.NotEmpty(t, others)
-	for _, p := range others {
-		require.Equal(t, uint32(unix.SCHED_NORMAL), p, "the sandbox's own threads %v", others)
 	}
 }

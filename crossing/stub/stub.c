@@ -30,7 +30,6 @@ typedef int i32;
 #define NR_exit 60
 #define NR_sigaltstack 131
 #define NR_setpriority 141
-#define NR_sched_setscheduler 144
 #define NR_prctl 157
 #define NR_arch_prctl 158
 #define NR_gettid 186
@@ -555,12 +554,6 @@ void stub_main(u64 *sp)
 	 * threads carry the pod's. Threads the control thread makes inherit this. Without the right
 	 * to raise it, the stub keeps what it inherited. */
 	sys3(NR_setpriority, 0 /* PRIO_PROCESS */, 0, 0);
-	/* SCHED_BATCH, which its threads inherit, differs from SCHED_OTHER only in that a thread
-	 * woken never preempts the one running on its CPU. A runner is woken to take over from the
-	 * thread that woke it (its carrier's resume, a ring's grow), which sleeps next; preempted
-	 * first, that waker stayed runnable beside it until the host's next tick. */
-	static const int batch_param = 0;
-	sys3(NR_sched_setscheduler, 0, 3 /* SCHED_BATCH */, (i64)&batch_param);
 	if (sys6(NR_prctl, 38 /* PR_SET_NO_NEW_PRIVS */, 1, 0, 0, 0, 0) != 0)
 		die(122);
 	/* Exec'd from a memfd, the stub would be named after its descriptor: name it for ps. */

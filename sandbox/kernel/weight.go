@@ -35,18 +35,15 @@ const (
 	niceSandbox = 19 // every other thread of the sandbox
 )
 
-// The stubs' threads run SCHED_BATCH on the host (the stub sets it for its own), which differs
-// from SCHED_OTHER only in that a thread woken never preempts the one running on its CPU. A
-// runner is mostly woken to take over from the thread that woke it (its carrier's resume, a
-// ring's grow, another task's carrier that hands a parked task its turn), which sleeps right
-// after. A wakee that preempted its waker at the wake's return left the waker runnable beside it
-// until the host's next tick, 4 ms here: when the waker had just given its vCPU away, Linux saw
-// three of the pod's tasks runnable on two vCPUs. Probe, 50 busy threads on 2 vCPUs, 40
-// interleaved runs each: three seen in 10 runs with every thread at SCHED_OTHER, in 2 with the
-// stubs' threads at SCHED_BATCH, in 1-2 with the carriers too. Carriers stay at SCHED_OTHER: at
-// SCHED_BATCH as well, 50 threads in two processes beside a sibling cgroup's busy loops took
-// 4.3 s to start (mean of 10) against 3.1 s, and 1.8 s with no thread at SCHED_BATCH: a wakee
-// put on a CPU where the sibling runs waits for the tick rather than preempting it.
+// The pod's threads stay SCHED_OTHER on the host. SCHED_BATCH for the stubs' threads (a woken
+// thread never preempts the one running on its CPU, so a runner woken to take over from a waker
+// that then sleeps cannot leave that waker runnable beside it until the next tick) cut the runs
+// in which the probe saw three of 50 busy tasks on 2 vCPUs from 10 of 40 to 2 of 40, but a wakee
+// put on a CPU where a neighbour runs waits for the tick, and thread creation is a run of such
+// hand-offs: 50 threads in two processes beside a sibling cgroup's busy loops took 3.1 s to start
+// (mean of 10) against 1.8 s, 4.3 s with the carriers at SCHED_BATCH too, and the two processes'
+// rings, which open only once the threads are up, stayed shut for most of a 5 s window in 2 of 8
+// runs (TestProbeTwoProcessesTakeTurns).
 
 // runtimeProcs sets the Go runtime's P count to one more than the pod has vCPUs (at least
 // three). A P is what lets a thread run Go code. A carrier asleep (its stub's next trap, its turn
