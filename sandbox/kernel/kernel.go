@@ -308,7 +308,7 @@ func (k *Kernel) Spawn(spec ProcessSpec) (*Process, error) {
 	}
 	k.adopt(p, nil)
 	p.updateSingle()
-	p.tasks[0].start(nil)
+	p.tasks[0].start()
 	return p, nil
 }
 

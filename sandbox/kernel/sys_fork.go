@@ -140,7 +140,7 @@ func (t *Task) fork(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	}
 	child.pgid, child.sid = p.pgid, p.sid
 	k.adopt(child, p)
-	ct.start(t)
+	ct.start()
 	t.quiet = true
 	if vforkDone != nil {
 		// On the wake word, which releaseVfork pokes: one host call reaches this carrier.

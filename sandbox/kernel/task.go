@@ -62,13 +62,10 @@ type Task struct {
 	parked bool
 	// fresh: a new thread of a running process that has not run yet (thread.go).
 	fresh bool
-	// started is closed once the task's carrier holds a vCPU, has parked the task, or is about
-	// to wait for a vCPU; nil after (start). When a task's carrier starts it, startedBy is that
-	// task, woken on its park word instead, once settled is true.
-	started   chan struct{}
-	startedBy *Task
-	// The handshake of a start by another task: the new carrier is set up (carrierUp), the
-	// creator hands it the task (handedOver), the task is settled (settledOK).
+	// The start (Task.start), whose caller sleeps on startWait: the new carrier is set up
+	// (carrierUp), the caller hands it the task (handedOver), the task holds a vCPU, is parked
+	// or is about to wait for one (settledOK).
+	startWait                        park.Parker
 	carrierUp, handedOver, settledOK atomic.Bool
 }
 
@@ -145,56 +142,41 @@ func (t *Task) adapt(elapsed uint64) {
 // this wait a burst of clones made several carriers runnable at once, up to 9 on 2 vCPUs in one
 // probe sample.
 //
-// by is the task whose carrier starts this one, or nil. The two carriers then meet on their park
-// words, each waking the other with one host call. For a new thread, the Go runtime's part (a
-// thread for the new goroutine, which it wakes and which may preempt the creator) is over before
-// the new carrier counts as the task's: the new carrier first sleeps, set up, until its creator
-// hands it the task and sleeps in turn. When the runtime's thread, woken as the goroutine started,
-// preempted the creator and went on to run the task, the two carriers were runnable at once
-// beside the other vCPU's runner (traced: for 300 us, which the probe saw as three). Through a
-// channel the new carrier's "settled" went by the Go runtime too, which woke another of its
-// threads to hand the creator a P; that one preempted the new carrier before it could sleep.
-func (t *Task) start(by *Task) {
-	if by == nil {
-		t.started = make(chan struct{})
-		done := t.started
-		go t.run(nil)
-		<-done
-		return
+// The caller sleeps on the task's start word, which the new carrier wakes with one host call.
+// For a new thread the caller, a carrier, also hands the task over on the new carrier's park
+// word, so that the Go runtime's part (a thread for the new goroutine, which it wakes and which
+// may preempt the creator) is over before the new carrier counts as the task's: the new carrier
+// first sleeps, set up, until its creator hands it the task and sleeps in turn. When the
+// runtime's thread, woken as the goroutine started, preempted the creator and went on to run the
+// task, the two carriers were runnable at once beside the other vCPU's runner (traced: for 300
+// us, which the probe saw as three). Through a channel the new carrier's "settled" went by the Go
+// runtime too, which woke another of its threads to hand the creator a P; that one preempted the
+// new carrier before it could sleep.
+func (t *Task) start() {
+	// A forked child's carrier (and a spawned process's) goes straight on: the handshake cost a
+	// fork 50-70 us (endo bench, fork + exit + wait: 249-301 us without, 307-377 with), and a
+	// fork is far rarer than a new thread in the loads the probe watches.
+	handshake := t.fresh
+	go t.run(handshake)
+	if handshake {
+		t.startWait.Until(t.carrierUp.Load)
+		t.handedOver.Store(true)
+		t.park.Wake()
 	}
-	t.startedBy = by
-	if !t.fresh {
-		// A forked child's carrier goes straight on: the handshake below cost a fork 50-70 us
-		// (endo bench, fork + exit + wait: 249-301 us without, 307-377 with), and a fork is
-		// far rarer than a new thread in the loads the probe watches.
-		go t.run(nil)
-		by.park.Until(t.settledOK.Load)
-		return
-	}
-	go t.run(by)
-	by.park.Until(t.carrierUp.Load)
-	t.handedOver.Store(true)
-	t.park.Wake()
-	by.park.Until(t.settledOK.Load)
+	t.startWait.Until(t.settledOK.Load)
 }
 
 // settled lets start return (the task's carrier runs it).
 func (t *Task) settled() {
-	if t.started != nil {
-		close(t.started)
-		t.started = nil
-	}
-	if by := t.startedBy; by != nil {
-		t.startedBy = nil
-		t.settledOK.Store(true)
-		by.park.Wake()
+	if t.settledOK.CompareAndSwap(false, true) {
+		t.startWait.Wake()
 	}
 }
 
 // run is the task's life: resume tenant code, serve its trap, repeat. The goroutine keeps its
-// OS thread so that the raw futex waits of the crossing keep their P. by is the task that
-// started this one, if any (start).
-func (t *Task) run(by *Task) {
+// OS thread so that the raw futex waits of the crossing keep their P. handshake: its start waits
+// for the new carrier to be set up before it hands the task over (start).
+func (t *Task) run(handshake bool) {
 	defer t.settled() // should the task end before it ever ran
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -206,9 +188,9 @@ func (t *Task) run(by *Task) {
 		unix.Setpriority(unix.PRIO_PROCESS, 0, niceCarrier)
 		defer unix.Setpriority(unix.PRIO_PROCESS, 0, niceSandbox)
 	}
-	if by != nil {
+	if handshake {
 		t.carrierUp.Store(true)
-		by.park.Wake()
+		t.startWait.Wake()
 		t.park.Until(t.handedOver.Load)
 	}
 	t.recordCarrier()

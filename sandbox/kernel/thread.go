@@ -76,7 +76,7 @@ func (t *Task) newThread(flags, stack, ptid, ctid, tls uint64) (uint64, error) {
 	p.tasks = append(p.tasks, nt)
 	p.live++
 	p.mu.Unlock()
-	nt.start(t)
+	nt.start()
 	t.quiet = true
 	return uint64(tid), nil
 }
