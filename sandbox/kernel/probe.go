@@ -57,6 +57,7 @@ func (k *Kernel) StartProbe(interval time.Duration, budget int, onThread func())
 			runtime.LockOSThread()
 			onThread()
 		}
+		defer batchWhile()()
 		s := newSampler()
 		defer s.close()
 		// The thread sleeps in the host rather than on a Go timer: waking a locked goroutine
