@@ -202,16 +202,11 @@ func (t *Task) futexWait(key futexKey, addr uint64, val uint32, tsAddr uint64, a
 	var result error
 	t.blocking(func() {
 		// The carrier sleeps on its own wake word: a waker reaches it with one host call.
-		for !w.woken.Load() {
-			if t.waitCut() {
-				result = unix.EINTR
-				return
-			}
-			if !t.park.Wait(ticket, deadline) && !w.woken.Load() {
-				result = unix.ETIMEDOUT
-				return
-			}
-			ticket = t.park.Ticket()
+		switch cut, timedOut := t.waitWoken(ticket, deadline, w.woken.Load); {
+		case cut:
+			result = unix.EINTR
+		case timedOut:
+			result = unix.ETIMEDOUT
 		}
 	})
 	if result != nil {

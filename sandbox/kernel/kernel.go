@@ -54,6 +54,7 @@ type Kernel struct {
 	refilling  sync.WaitGroup // spare stubs being started
 	spares     chan spareStub // stubs started ahead, for fork and spawn
 	futexes    futexTable
+	sleepers   sleepers // the deadlines of tasks asleep in the kernel (sleepers.go)
 	timings    Timings
 }
 
@@ -139,6 +140,7 @@ func (k *Kernel) Close() error {
 		}
 		break
 	}
+	k.sleepers.close()
 	k.stolen.closeFiles()
 	k.pages.drop()
 	k.calls.Close()

@@ -279,23 +279,11 @@ func (t *Task) sleep(d time.Duration) error {
 	return nil
 }
 
-// parkUntil sleeps on the carrier's own wake word until deadline (zero: none), the deadline its
-// host futex's timeout, as a futex wait does: the host's timer wakes it. It reports whether a
-// signal's poke or the stub's end (waitCut) cut it short. A Go timer fired on one of the
-// runtime's threads, which run at nice 19 (weight.go) and, beside busy vCPUs, waited for a CPU
-// before they could wake the carrier: eight threads yielding on 2 vCPUs made each 2 ms sleep of
-// a ninth last 3.5 ms.
+// parkUntil sleeps on the carrier's own wake word until deadline (zero: none). It reports
+// whether a signal's poke or the stub's end (waitCut) cut it short.
 func (t *Task) parkUntil(deadline time.Time) (cut bool) {
-	ticket := t.park.Ticket()
-	for {
-		if t.waitCut() {
-			return true
-		}
-		if !t.park.Wait(ticket, deadline) {
-			return false
-		}
-		ticket = t.park.Ticket()
-	}
+	cut, _ = t.waitWoken(t.park.Ticket(), deadline, func() bool { return false })
+	return cut
 }
 
 func sysNanosleep(t *Task, a sysargs) (uint64, error) {

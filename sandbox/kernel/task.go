@@ -56,7 +56,9 @@ type Task struct {
 	// stub thread need the host's CPUs to start: its next round trip spins on neither side.
 	quiet bool
 	park  park.Parker // the carrier sleeps here in kernel waits that others end directly
-	host  hostCreds   // the file system ids the carrier's thread holds (creds.go)
+	// sleepTimer: the deadline of the kernel wait it sleeps in, kept by the timer thread.
+	sleepTimer sleepTimer
+	host       hostCreds // the file system ids the carrier's thread holds (creds.go)
 	// parked: the task gave way at a preemption with its registers parked in the stub: the
 	// carrier only waits for its next trap, which some runner takes it to without the carrier.
 	parked bool
