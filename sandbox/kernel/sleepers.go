@@ -120,7 +120,10 @@ func (s *sleepers) arm(k *Kernel, t *Task, deadline time.Time) error {
 	}
 	heap.Push(&s.queue, st)
 	if s.armed == 0 || st.at < s.armed {
-		return s.set(st.at)
+		if err := s.set(st.at); err != nil {
+			heap.Remove(&s.queue, st.index) // the caller times its own wait
+			return err
+		}
 	}
 	return nil
 }
