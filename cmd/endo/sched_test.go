@@ -25,6 +25,19 @@ func fields(t *testing.T, line string) map[string]int64 {
 	return out
 }
 
+// probeCounts reads the probe's line from endo run's stderr: the most tasks seen runnable at once,
+// the samples that saw more than vcpus, and the samples.
+func probeCounts(t *testing.T, stderr string, vcpus int) (most, over, samples int) {
+	t.Helper()
+	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on (\d+) vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(stderr)
+	require.NotNil(t, m, stderr)
+	require.Equal(t, strconv.Itoa(vcpus), m[2], stderr)
+	most, _ = strconv.Atoi(m[1])
+	over, _ = strconv.Atoi(m[3])
+	samples, _ = strconv.Atoi(m[4])
+	return most, over, samples
+}
+
 func endoCPUs(t *testing.T, cpus string, args ...string) result {
 	t.Helper()
 	return runCmd(t, "", endoBin, append([]string{"run", "--cpus", cpus, "--rootfs", rootfs, "--"}, args...)...)
@@ -50,12 +63,7 @@ func endoCPUs(t *testing.T, cpus string, args ...string) result {
 func TestProbeSeesAtMostNRunnable(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--report", "--rootfs", rootfs, "--", "/bin/sched", "busy", "50", "3000")
 	require.Equal(t, 0, got.code, got.stderr)
-	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on (\d+) vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
-	require.NotNil(t, m, got.stderr)
-	most, _ := strconv.Atoi(m[1])
-	over, _ := strconv.Atoi(m[3])
-	samples, _ := strconv.Atoi(m[4])
-	require.Equal(t, "2", m[2])
+	most, over, samples := probeCounts(t, got.stderr, 2)
 	require.GreaterOrEqual(t, samples, 20, got.stderr)
 	require.GreaterOrEqual(t, most, 1, "the busy threads were seen running")
 	if os.Getenv("ENDO_STRICT_PROBE") != "" {
@@ -94,10 +102,7 @@ func TestProbeTwoProcessesTakeTurns(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "2", "--probe", "--probe-budget", "20", "--report", "--rootfs", rootfs, "--", "/bin/schedbench", "fair", "50", "5", "procs")
 	require.Equal(t, 0, got.code, got.stderr)
 	require.Contains(t, got.stdout, "fair ok 50")
-	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on 2 vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
-	require.NotNil(t, m, got.stderr)
-	over, _ := strconv.Atoi(m[2])
-	samples, _ := strconv.Atoi(m[3])
+	_, over, samples := probeCounts(t, got.stderr, 2)
 	require.GreaterOrEqual(t, samples, 100, got.stderr)
 	require.LessOrEqual(t, float64(over), 0.06*float64(samples), got.stderr)
 	// --report: the processes' rings were open for much of the run (two rings over 5 s: up to
@@ -148,10 +153,7 @@ func TestSleepEndHoldsNoExtraThread(t *testing.T) {
 	got := runCmd(t, "", endoBin, "run", "--cpus", "1", "--probe", "--rootfs", rootfs, "--", "/bin/sched", "fifo", "1000", "2")
 	require.Equal(t, 0, got.code, got.stderr)
 	require.Contains(t, got.stdout, "median_us=")
-	m := regexp.MustCompile(`probe: at most (\d+) tasks runnable at once on 1 vCPUs; (\d+) of (\d+) samples`).FindStringSubmatch(got.stderr)
-	require.NotNil(t, m, got.stderr)
-	over, _ := strconv.Atoi(m[2])
-	samples, _ := strconv.Atoi(m[3])
+	_, over, samples := probeCounts(t, got.stderr, 1)
 	require.GreaterOrEqual(t, samples, 200, got.stderr)
 	require.LessOrEqual(t, 100*over, samples, "more than 1%% of samples saw the sleeper's carrier beside the busy thread: %s", got.stderr)
 }
